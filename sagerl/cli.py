@@ -21,6 +21,149 @@ app = typer.Typer(
 )
 
 
+# ---- eval and compare commands (owner: evaluation harness, issue 4) -------------------------------------
+
+
+def _split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@app.command("eval")
+def eval_command(
+    dataset: str = typer.Option(
+        ...,
+        "--dataset",
+        "-d",
+        help="Comma-separated named sets (math500, aime24, aime25, amc23, gsm8k, kk, arith) or JSONL paths.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model path or hub id. Default: the embedded SmolLM2-135M-Instruct."
+    ),
+    n: int = typer.Option(
+        16, "-n", "--num-samples", help="Samples per problem; pass@k for k = 1, 2, 4, ..., n."
+    ),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N problems of each dataset."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Completion length limit, in tokens."),
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Run folder (default runs/eval-<model>-<time>). Rerun with the same folder to resume.",
+    ),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", help="Folder of the dataset JSONL files (else $SAGERL_DATA_DIR)."
+    ),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature; 0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]."),
+    seed: int = typer.Option(
+        0, "--seed", help="Run seed (each sample's seed derives from it and the sample's identity)."
+    ),
+    backend: str = typer.Option(
+        "hf", "--backend", help="hf (transformers, CPU or GPU) or vllm (GPU, optional extra)."
+    ),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="Sequences per generation batch (default 64 CPU, 256 GPU)."
+    ),
+    few_shot: int | None = typer.Option(
+        None, "--few-shot", help="Few-shot examples per prompt (default: per dataset)."
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Sample n completions per problem and report unbiased pass@k with 95% bootstrap CIs."""
+    from datetime import datetime
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from sagerl.eval.runner import PLOT_FILE, evaluate, model_identity
+    from sagerl.eval.samples import SAMPLES_FILE
+
+    console = Console()
+    if out is None:
+        name = Path(model_identity(model)).name or "model"
+        out = str(Path("runs") / f"eval-{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    console.print(f"run folder: {out}  (rerun with --out {out} to resume)", highlight=False)
+    results = evaluate(
+        model,
+        _split_list(dataset),
+        n=n,
+        out=out,
+        limit=limit,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        data_dir=data_dir,
+        backend=backend,
+        batch_size=batch_size,
+        few_shot=few_shot,
+        progress=progress,
+        dtype=dtype,
+    )
+    console.print(_results_table(results))
+    meta = results["meta"]
+    console.print(
+        f"{meta['samples_generated_this_call']} samples generated now, {meta['samples_total']} in total, "
+        f"{meta['elapsed_s_this_call']:.1f} s",
+        highlight=False,
+    )
+    for label, fname in (("samples", SAMPLES_FILE), ("results", "results.json"), ("plot", PLOT_FILE)):
+        console.print(f"{label}: {Path(out) / fname}", highlight=False)
+
+
+def _results_table(results: dict):
+    from rich.table import Table
+
+    ks = results["meta"]["ks"]
+    table = Table(title=f"pass@k (%) with 95% CI, n={results['meta']['n']}")
+    table.add_column("dataset", style="bold")
+    table.add_column("problems", justify="right")
+    for k in ks:
+        table.add_column(f"pass@{k}", justify="right")
+    rows = list(results["datasets"].items())
+    if len(rows) > 1:
+        rows.append(("average", results["average"]))
+    for name, entry in rows:
+        cells = []
+        for k in ks:
+            lo, hi = entry["ci"][f"pass@{k}"]
+            cells.append(f"{100 * entry[f'pass@{k}']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
+        table.add_row(name, str(entry["num_problems"]), *cells)
+    return table
+
+
+@app.command("compare")
+def compare_command(
+    run_dirs: list[str] = typer.Argument(..., help="Run folders written by `sagerl eval`."),
+    out: str = typer.Option("compare.png", "--out", "-o", help="Path of the overlaid pass@k plot (PNG)."),
+    k: str | None = typer.Option(
+        None, "--k", help="Comma-separated budgets for the table (default: 1 and the largest common k)."
+    ),
+) -> None:
+    """Compare several eval runs: a pass@k table and an overlaid pass@k plot (reads results.json only)."""
+    from rich.console import Console
+
+    from sagerl.errors import ConfigError
+    from sagerl.eval.compare import compare_runs, render_table
+
+    ks = None
+    if k:
+        try:
+            ks = [int(x) for x in _split_list(k)]
+        except ValueError as exc:
+            raise ConfigError(f"--k must be comma-separated integers, got {k!r}") from exc
+    comparison = compare_runs(run_dirs, out=out, ks=ks)
+    console = Console()
+    console.print(render_table(comparison))
+    console.print(f"plot: {comparison['plot']}", highlight=False)
+
+
+# ---- end of eval and compare commands ----------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the typer app and turns user errors into one line and exit status 2."""
     try:

@@ -1,0 +1,87 @@
+"""``compare``: a table and an overlaid pass@k plot of several runs, from their ``results.json`` only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sagerl.errors import SagerlError
+from sagerl.eval.plots import plot_compare
+from sagerl.eval.results import read_results
+
+
+def _labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Short unique run labels: folder names, or more path parts where names repeat."""
+    parts = [p.resolve().parts for p in run_dirs]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(p) for p in run_dirs]
+
+
+def default_ks(runs: dict[str, dict[str, Any]]) -> list[int]:
+    """Budgets shown by default: 1, and the largest k that every run reports (if larger)."""
+    common = None
+    for res in runs.values():
+        ks = {int(k.split("@")[1]) for k in res["average"] if k.startswith("pass@")}
+        common = ks if common is None else common & ks
+    top = max(common) if common else 1
+    return [1] if top == 1 else [1, top]
+
+
+def compare_runs(
+    run_dirs: Sequence[str | Path], *, out: str | Path | None = "compare.png", ks: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Load several runs' results and draw their overlaid pass@k curves.
+
+    Args:
+        run_dirs: folders written by ``sagerl eval`` (each with a ``results.json``).
+        out: path of the plot (PNG); None to skip the plot.
+        ks: budgets for the table (default :func:`default_ks`).
+
+    Returns:
+        ``{"runs": {label: results}, "ks": [...], "columns": [(dataset, k)], "rows": {label: [value|None]},
+        "plot": path or None}``; a value is None where a run lacks that dataset or k.
+
+    Raises:
+        SagerlError: no run given, or a folder without a readable ``results.json`` (names the folder).
+    """
+    if not run_dirs:
+        raise SagerlError("compare needs at least one run folder")
+    paths = [Path(d) for d in run_dirs]
+    runs = {label: read_results(p) for label, p in zip(_labels(paths), paths, strict=True)}
+    ks = sorted({int(k) for k in ks}) if ks else default_ks(runs)
+    if any(k < 1 for k in ks):
+        raise SagerlError(f"k must be >= 1, got {ks}")
+    names: list[str] = []
+    for res in runs.values():
+        for name in res["datasets"]:
+            if name not in names:
+                names.append(name)
+    names.append("average")
+    columns = [(name, k) for name in names for k in ks]
+    rows = {}
+    for label, res in runs.items():
+        row = []
+        for name, k in columns:
+            entry = res["average"] if name == "average" else res["datasets"].get(name)
+            value = None if entry is None else entry.get(f"pass@{k}")
+            row.append(None if value is None else float(value))
+        rows[label] = row
+    plot = plot_compare(runs, out) if out is not None else None
+    return {"runs": runs, "ks": ks, "columns": columns, "rows": rows, "plot": plot}
+
+
+def render_table(comparison: dict[str, Any]):
+    """A rich Table of a :func:`compare_runs` result (rows: runs; columns: dataset pass@k, in %)."""
+    from rich.table import Table
+
+    table = Table(title="pass@k (%)")
+    table.add_column("run", style="bold")
+    for name, k in comparison["columns"]:
+        table.add_column(f"{name}\npass@{k}", justify="right")
+    for label, row in comparison["rows"].items():
+        table.add_row(label, *("—" if v is None else f"{100 * v:.1f}" for v in row))
+    return table

@@ -1,0 +1,312 @@
+"""``evaluate``: sample, grade, append to ``samples.jsonl``, then compute ``results.json`` and ``passk.png``.
+
+Data flow: datasets (``sagerl.tasks``) -> prompts (chat template, suffix, few-shot) -> sampler (hf | vllm)
+-> texts -> ``sagerl.grading.grade`` -> ``samples.jsonl`` (appended after every batch) -> per-problem
+correct counts (n, c) -> unbiased pass@k for k = 1, 2, 4, ..., n and bootstrap CIs -> ``results.json``,
+``passk.png``.
+
+Rerunning with the same ``out`` resumes: samples already in ``samples.jsonl`` are never recomputed, and
+the model is not even loaded when nothing is left to sample. Raising ``n`` later adds samples to the same
+folder; sampling settings that change what a sample is (model, temperature, top_p, max_new_tokens, seed,
+few_shot) must match (see :mod:`sagerl.eval.samples`).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval.plots import plot_run
+from sagerl.eval.results import summarize, write_results
+from sagerl.eval.samplers import Sampler, make_sampler, sample_seed
+from sagerl.eval.samples import (
+    CONFIG_FILE,
+    SAMPLES_FILE,
+    SampleWriter,
+    check_or_write_config,
+    load_samples,
+)
+
+PLOT_FILE = "passk.png"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def model_identity(model: str | None) -> str:
+    """How a model is recorded: the embedded model's name, an absolute local path, or the hub id as given."""
+    from sagerl.models import EMBEDDED_MODEL
+
+    if model is None or model in (EMBEDDED_MODEL, "embedded", "default"):
+        return EMBEDDED_MODEL
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def _load_datasets(
+    datasets: Sequence[str], *, data_dir: str | Path | None, limit: int | None
+) -> dict[str, list[Any]]:
+    """Load each dataset's problems; key = the problems' dataset name (the set name, or the file's)."""
+    from sagerl.tasks import load_problems
+
+    loaded: dict[str, list[Any]] = {}
+    for spec in datasets:
+        problems = load_problems(spec, data_dir=data_dir, limit=limit)
+        if not problems:
+            raise SagerlError(f"dataset {spec!r} has no problems")
+        name = str(problems[0].dataset or spec)
+        if name in loaded:
+            raise SagerlError(f"dataset {name!r} is given twice")
+        ids = [p.id for p in problems]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise SagerlError(f"dataset {spec!r}: problem id {dup!r} appears twice; ids must be unique")
+        loaded[name] = problems
+    return loaded
+
+
+def _progress(enabled: bool, total: int):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def evaluate(
+    model: str | None,
+    datasets: Sequence[str],
+    *,
+    n: int,
+    out: str | Path,
+    limit: int | None = None,
+    max_new_tokens: int = 512,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    data_dir: str | Path | None = None,
+    backend: str = "hf",
+    batch_size: int | None = None,
+    few_shot: int | None = None,
+    progress: bool = True,
+    dtype: str = "auto",
+    sampler: Sampler | None = None,
+) -> dict[str, Any]:
+    """Evaluate a model: n samples per problem, unbiased pass@k with 95% bootstrap CIs.
+
+    Args:
+        model: path or hub id; None for the embedded SmolLM2-135M-Instruct.
+        datasets: named sets (math500, aime24, aime25, amc23, gsm8k, kk, arith) or JSONL paths.
+        n: samples per problem (pass@k is reported for k = 1, 2, 4, ..., n).
+        out: run folder; ``samples.jsonl``, ``eval_config.json``, ``results.json``, ``passk.png`` go there.
+            Rerunning with the same folder resumes.
+        limit: keep the first ``limit`` problems of each dataset.
+        max_new_tokens: completion length limit, in tokens.
+        temperature, top_p: sampling parameters (temperature 0 = greedy).
+        seed: run seed; sample j of problem p uses a seed derived from (seed, dataset, p.id, j).
+        data_dir: folder of the local JSONL files (else ``$SAGERL_DATA_DIR``).
+        backend: ``"hf"`` or ``"vllm"``.
+        batch_size: sequences per generation batch (default: 64 on CPU, 256 on GPU).
+        few_shot: few-shot examples in each prompt; None = the dataset's default.
+        progress: show a progress bar (stderr).
+        dtype: model dtype for the HF backend (``"auto"``: bfloat16 on CUDA, float32 on CPU).
+        sampler: an already built :class:`Sampler` (tests, custom backends); ``model`` still names the run.
+
+    Returns:
+        the results dict, also written to ``out/results.json`` (layout in :mod:`sagerl.eval.results`).
+
+    Raises:
+        ConfigError: invalid n, limit or sampling options. DataError: a dataset that does not load.
+        SagerlError: ``out`` holds a run with other sampling settings. ModelLoadError: the model.
+    """
+    from sagerl import __version__
+    from sagerl.grading import grade
+    from sagerl.tasks import default_few_shot, render_prompt
+
+    if n < 1:
+        raise ConfigError(f"n must be >= 1, got {n}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ConfigError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    if few_shot is not None and few_shot < 0:
+        raise ConfigError(f"few_shot must be >= 0, got {few_shot}")
+    if backend not in ("hf", "vllm"):
+        raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+    datasets = [d.strip() for d in datasets if d and d.strip()]
+    if not datasets:
+        raise ConfigError("no dataset given")
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    problems = _load_datasets(datasets, data_dir=data_dir, limit=limit)
+    few_shots = {name: (few_shot if few_shot is not None else default_few_shot(name)) for name in problems}
+    model_id = model_identity(model)
+    settings = {
+        "model": model_id,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": int(seed),
+        "few_shot": few_shot,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    stored = check_or_write_config(out, settings, {"created_at": _now(), "sagerl_version": __version__})
+    records = load_samples(out / SAMPLES_FILE)
+
+    # What is left: per problem, the sample indices < n not yet in samples.jsonl.
+    todo: list[tuple[str, Any, list[int]]] = []
+    for name, probs in problems.items():
+        for p in probs:
+            missing = [j for j in range(n) if (name, str(p.id), j) not in records]
+            if missing:
+                todo.append((name, p, missing))
+    total = n * sum(len(v) for v in problems.values())
+    remaining = sum(len(m) for _, _, m in todo)
+
+    generated = 0
+    used_backend = None
+    if remaining:
+        if sampler is None:
+            sampler = make_sampler(backend, model, batch_size=batch_size, dtype=dtype, seed=seed)
+        used_backend = getattr(sampler, "name", backend)
+        prompts = {
+            (name, str(p.id)): render_prompt(sampler.tokenizer, p, few_shot=few_shots[name], kind=p.kind)
+            for name, p, _ in todo
+        }
+        chunk = max(1, int(getattr(sampler, "chunk_size", 64)))
+        with _progress(progress, total) as bar, SampleWriter(out / SAMPLES_FILE) as writer:
+            task = bar.add_task("sampling", total=total, completed=total - remaining)
+            for batch in _chunks(todo, chunk):
+                comps = sampler.generate(
+                    [prompts[(name, str(p.id))] for name, p, _ in batch],
+                    [len(idx) for _, _, idx in batch],
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=seed,
+                    sample_seeds=[
+                        [sample_seed(seed, name, str(p.id), j) for j in idx] for name, p, idx in batch
+                    ],
+                )
+                lines = []
+                for (name, p, idx), row in zip(batch, comps, strict=True):
+                    if len(row) != len(idx):
+                        raise RuntimeError(f"sampler returned {len(row)} completions for {len(idx)} requests")
+                    for j, comp in zip(idx, row, strict=True):
+                        extracted, correct = grade(comp.text, p.answer, p.kind)
+                        rec = {
+                            "dataset": name,
+                            "problem_id": str(p.id),
+                            "sample_index": j,
+                            "text": comp.text,
+                            "extracted": extracted,
+                            "answer": p.answer,
+                            "correct": bool(correct),
+                            "num_tokens": int(comp.num_tokens),
+                            "finish_reason": comp.finish_reason,
+                        }
+                        records[(name, str(p.id), j)] = rec
+                        lines.append(rec)
+                writer.write(lines)
+                generated += len(lines)
+                bar.advance(task, len(lines))
+
+    # Results over the current problem set and sample indices < n only.
+    counts: dict[str, list[int]] = {}
+    extra: dict[str, dict[str, Any]] = {}
+    for name, probs in problems.items():
+        recs = [[records[(name, str(p.id), j)] for j in range(n)] for p in probs]
+        counts[name] = [sum(bool(r["correct"]) for r in row) for row in recs]
+        flat = [r for row in recs for r in row]
+        extra[name] = {
+            "mean_num_tokens": sum(int(r.get("num_tokens", 0)) for r in flat) / len(flat),
+            "truncated_fraction": sum(r.get("finish_reason") == "length" for r in flat) / len(flat),
+            "few_shot": few_shots[name],
+        }
+    summary = summarize(counts, n, extra=extra)
+    from sagerl.eval.passk import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
+
+    meta = {
+        "model": model_id,
+        "n": n,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": int(seed),
+        "few_shot": few_shot,
+        "backend": used_backend or backend,
+        "dtype": getattr(sampler, "dtype", dtype) if sampler is not None else dtype,
+        "batch_size": getattr(sampler, "batch_size", batch_size) if sampler is not None else batch_size,
+        "datasets": list(problems),
+        "limit": limit,
+        "ks": summary["ks"],
+        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
+        "estimator": "unbiased pass@k, 1 - C(n-c,k)/C(n,k) (Chen et al. 2021)",
+        "samples_generated_this_call": generated,
+        "samples_total": total,
+        "elapsed_s_this_call": round(time.perf_counter() - t0, 3),
+        "started_at": stored.get("created_at"),
+        "finished_at": _now(),
+        "sagerl_version": __version__,
+        "python": platform.python_version(),
+        "versions": _versions(),
+        "files": {"samples": SAMPLES_FILE, "config": CONFIG_FILE, "plot": PLOT_FILE},
+    }
+    results = {"meta": meta, "datasets": summary["datasets"], "average": summary["average"]}
+    write_results(out, results)
+    plot_run(results, out / PLOT_FILE)
+    return results
+
+
+def _chunks(todo: list[tuple[str, Any, list[int]]], size: int):
+    """Split (dataset, problem, sample indices) work into batches of at most ``size`` samples."""
+    batch: list[tuple[str, Any, list[int]]] = []
+    room = size
+    for name, p, idx in todo:
+        while idx:
+            take, idx = idx[:room], idx[room:]
+            batch.append((name, p, take))
+            room -= len(take)
+            if room == 0:
+                yield batch
+                batch, room = [], size
+    if batch:
+        yield batch
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    found = {}
+    for pkg in ("torch", "transformers", "vllm", "math-verify"):
+        try:
+            found[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            continue
+    return found
