@@ -1,0 +1,57 @@
+"""DAPO helpers: dynamic sampling and overlong reward shaping.
+
+Source: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sagerl.objective._checks import grouped
+
+
+def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Keep-mask of DAPO's dynamic sampling: drop every group whose rewards are all equal.
+
+    Such groups (all right or all wrong) have zero advantage and only dilute the token-mean. DAPO then
+    samples more prompts to refill the batch; TRL has no such loop, so the trainer drops the groups from
+    the loss and logs the dropped share instead. NaN rewards are ignored; an all-NaN group is dropped.
+
+    Args:
+        rewards: (N,) rewards, groups of ``group_size`` contiguous.
+
+    Returns:
+        (N,) bool, True for completions of kept groups.
+    """
+    g = grouped(rewards, group_size)
+    nan = torch.isnan(g)
+    hi = torch.where(nan, torch.full_like(g, -float("inf")), g).max(dim=1).values
+    lo = torch.where(nan, torch.full_like(g, float("inf")), g).min(dim=1).values
+    keep = hi > lo  # False for constant groups and for all-NaN groups (-inf > inf is False)
+    return keep.repeat_interleave(group_size)
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, max_length: int, buffer_length: int, penalty_factor: float = 1.0
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment, in reward units.
+
+    ``min(−(L − (L_max − L_buf)) / L_buf · factor, 0)``: 0 up to L_max − L_buf tokens, then a linear ramp
+    down to −factor at L_max, and −factor beyond (as DAPO; the trainer never exceeds L_max anyway).
+
+    Args:
+        lengths: (N,) completion lengths in tokens.
+        max_length: L_max, the generation budget in tokens. buffer_length: L_buf, the ramp length in tokens.
+        penalty_factor: the penalty at L_max.
+
+    Returns:
+        (N,) float penalties ≤ 0.
+
+    Raises:
+        ValueError: ``buffer_length`` not in (0, max_length].
+    """
+    if not 0 < buffer_length <= max_length:
+        raise ValueError(f"need 0 < buffer_length <= max_length, got {buffer_length} and {max_length}")
+    excess = lengths.to(torch.float32) - (max_length - buffer_length)
+    penalty = -excess / buffer_length * penalty_factor
+    return penalty.clamp(min=-penalty_factor, max=0.0)

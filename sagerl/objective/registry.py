@@ -1,0 +1,145 @@
+"""Registry: every variant of the objective by name, so that a trainer picks them from its config.
+
+``GUIDES``, ``ADVANTAGES``, ``DIVERGENCES``, ``LOSS_AGG_MODES`` and ``SCHEDULES`` list the names;
+:func:`compute_guide` and :func:`compute_advantages` dispatch on them; :func:`get` returns the callable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from sagerl.objective import guides as _guides
+from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
+from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
+from sagerl.objective.divergences import forward_kl, shaped_kl
+from sagerl.objective.schedules import SCHEDULES, make_schedule
+
+GUIDES = ("none", "branch", "token", "random")
+ADVANTAGES = ("grpo", "dr_grpo", "bnpo")
+
+_REGISTRY: dict[str, dict[str, Callable]] = {
+    "guide": {
+        "branch": _guides.branch_guide,
+        "token": _guides.token_guide,
+        "random": _guides.random_guide,
+    },
+    "advantage": {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages, "bnpo": bnpo_advantages},
+    "divergence": {"reverse": shaped_kl, "forward": forward_kl},
+    "aggregation": {mode: aggregate_loss for mode in LOSS_AGG_MODES},
+    "schedule": {kind: make_schedule for kind in SCHEDULES},
+}
+
+
+def get(kind: str, name: str) -> Callable:
+    """The callable registered under ``kind`` (guide, advantage, divergence, aggregation, schedule) and ``name``.
+
+    Raises:
+        KeyError: unknown kind or name (the message lists the known ones).
+    """
+    if kind not in _REGISTRY:
+        raise KeyError(f"unknown registry {kind!r}; expected one of {sorted(_REGISTRY)}")
+    table = _REGISTRY[kind]
+    if name not in table:
+        raise KeyError(f"unknown {kind} {name!r}; expected one of {sorted(table)}")
+    return table[name]
+
+
+@dataclass(frozen=True)
+class GuideParams:
+    """Parameters of every guide (each guide reads its own). Units: entropies in nats."""
+
+    gamma: float = 0.3
+    """branch (and permutation) guide strength γ."""
+    tau: float = 1.2
+    """branch guide entropy threshold τ, nats."""
+    q_min: float = 0.6
+    q_max: float = 1.4
+    alpha: float = 0.4
+    """token guide strength α."""
+    sigma: float = 0.0
+    """token guide noise σ."""
+    normalization: str = "minmax"
+    """token guide per-sequence normalisation: minmax, rank or zscore."""
+    random_kind: str = "permutation"
+    """random guide: permutation (the paper's baseline) or gaussian (the authors' code)."""
+    random_eps: float = 0.1
+    """gaussian random guide: probability of perturbing a token."""
+    random_sigma: float = 0.2
+    """gaussian random guide: σ."""
+
+
+def compute_guide(
+    name: str,
+    mask: torch.Tensor,
+    params: GuideParams = GuideParams(),
+    *,
+    entropy: torch.Tensor | None = None,
+    logp: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor | None:
+    """The guide q, (B, T) and detached, or None for ``"none"`` (q ≡ 1).
+
+    Args:
+        name: ``"none"``, ``"branch"`` (needs ``entropy``), ``"token"`` (needs ``logp``) or ``"random"``
+            (the permutation kind needs ``entropy``).
+        mask: (B, T) completion mask.
+        params: :class:`GuideParams`.
+        entropy: (B, T) token entropies, nats. logp: (B, T) sampled-token log-probs, nats.
+        generator: RNG for the stochastic guides.
+
+    Raises:
+        ValueError: unknown guide, or a needed input missing.
+    """
+    if name == "none":
+        return None
+    if name == "branch":
+        if entropy is None:
+            raise ValueError("the branch guide needs the token entropies")
+        return _guides.branch_guide(entropy, mask, params.gamma, params.tau, params.q_min, params.q_max)
+    if name == "token":
+        if logp is None:
+            raise ValueError("the token guide needs the sampled tokens' log-probabilities")
+        return _guides.token_guide(
+            logp,
+            mask,
+            params.alpha,
+            params.sigma,
+            params.normalization,
+            params.q_min,
+            params.q_max,
+            generator,
+        )
+    if name == "random":
+        return _guides.random_guide(
+            mask,
+            params.random_kind,
+            entropy=entropy,
+            gamma=params.gamma,
+            tau=params.tau,
+            eps=params.random_eps,
+            sigma=params.random_sigma,
+            q_min=params.q_min,
+            q_max=params.q_max,
+            generator=generator,
+        )
+    raise ValueError(f"unknown guide {name!r}; expected one of {GUIDES}")
+
+
+def compute_advantages(
+    name: str, rewards: torch.Tensor, group_size: int, scale: str = "group"
+) -> torch.Tensor:
+    """(N,) advantages by estimator name: ``"grpo"`` (with ``scale``), ``"dr_grpo"`` or ``"bnpo"``.
+
+    Raises:
+        ValueError: unknown name (and whatever the estimator raises).
+    """
+    if name == "grpo":
+        return grpo_advantages(rewards, group_size, scale=scale)
+    if name == "dr_grpo":
+        return dr_grpo_advantages(rewards, group_size)
+    if name == "bnpo":
+        return bnpo_advantages(rewards, group_size)
+    raise ValueError(f"unknown advantage estimator {name!r}; expected one of {ADVANTAGES}")
