@@ -70,7 +70,9 @@ def embedded_model_dir() -> Path:
     # Tied output embeddings are the only keys allowed to be absent from the GGUF state dict.
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise ModelLoadError(f"{gguf}: unexpected weights while converting (missing {missing}, extra {unexpected})")
+        raise ModelLoadError(
+            f"{gguf}: unexpected weights while converting (missing {missing}, extra {unexpected})"
+        )
     plain.generation_config = quantised.generation_config
 
     target.parent.mkdir(parents=True, exist_ok=True)
