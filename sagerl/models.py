@@ -139,11 +139,14 @@ def load_model(name_or_path: str | None, dtype: str = "float32", device: str | N
     return model.to(device).eval()
 
 
-def save_tiny_random_model(out_dir: str | Path, tokenizer_source: str | None = None, seed: int = 0) -> Path:
+def save_tiny_random_model(
+    out_dir: str | Path, tokenizer_source: str | None = None, seed: int = 0, initializer_range: float = 0.02
+) -> Path:
     """Save a tiny randomly initialised Llama (2 layers, hidden size 32) with a real tokenizer.
 
     For engine tests and benchmarks that must run the full code path in seconds. The tokenizer is the
-    embedded model's unless ``tokenizer_source`` names another one.
+    embedded model's unless ``tokenizer_source`` names another one. A larger ``initializer_range`` (weight
+    std) gives peakier next-token distributions, so token entropies vary instead of all being ≈ log V.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -161,6 +164,7 @@ def save_tiny_random_model(out_dir: str | Path, tokenizer_source: str | None = N
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        initializer_range=initializer_range,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

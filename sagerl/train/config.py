@@ -1,0 +1,190 @@
+"""``SAGEConfig``: TRL's ``GRPOConfig`` plus the SAGE fields. A TRL user swaps one class and changes nothing else.
+
+Every TRL field keeps its meaning. The fields added here choose the variants of :mod:`sagerl.objective`:
+the guide and its parameters, the anchor divergence, where the KL goes, the advantage estimator, the loss
+aggregation and DAPO's dynamic sampling and overlong shaping. Defaults follow the SAGE authors' setup
+(β = 0.05 in the presets, γ = 0.3, τ = 1.2, q ∈ [0.6, 1.4]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from sagerl.errors import ConfigError
+from sagerl.objective import ADVANTAGES, DIVERGENCES, GUIDES, KL_ESTIMATORS, KL_PLACEMENTS, LOSS_AGG_MODES
+from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.schedules import SCHEDULES
+
+# TRL loss types the adapter reproduces, and the aggregation each one means.
+LOSS_TYPE_TO_AGG_MODE = {
+    "grpo": "seq-mean-token-mean",
+    "dapo": "token-mean",
+    "bnpo": "token-mean",  # TRL's "bnpo" is a token-mean over the micro-batch (not BNPO's advantages)
+    "dr_grpo": "seq-mean-token-sum-norm",
+}
+GUIDE_ENTROPY_SOURCES = ("policy", "reference")
+
+
+@dataclass
+class SAGEConfig(GRPOConfig):
+    """Configuration of :class:`sagerl.train.SAGETrainer`: every ``trl.GRPOConfig`` field, plus the ones below."""
+
+    guide: str = field(default="none", metadata={"help": f"Guide function q: one of {GUIDES}."})
+    guide_entropy_source: str = field(
+        default="policy",
+        metadata={
+            "help": "Entropies (branch guide) and log-probs (token guide) from the 'policy' or the 'reference'."
+        },
+    )
+    gamma: float = field(default=0.3, metadata={"help": "Branch guide strength γ (per nat above τ)."})
+    tau: float = field(default=1.2, metadata={"help": "Branch guide entropy threshold τ, in nats."})
+    q_min: float = field(default=0.6, metadata={"help": "Lower clamp of q."})
+    q_max: float = field(default=1.4, metadata={"help": "Upper clamp of q."})
+    token_alpha: float = field(default=0.4, metadata={"help": "Token guide strength α."})
+    token_sigma: float = field(default=0.0, metadata={"help": "Token guide noise σ."})
+    token_normalization: str = field(
+        default="minmax", metadata={"help": f"Token guide normalisation: one of {TOKEN_NORMALIZATIONS}."}
+    )
+    random_kind: str = field(
+        default="permutation", metadata={"help": f"Random guide kind: one of {RANDOM_KINDS}."}
+    )
+    random_eps: float = field(
+        default=0.1, metadata={"help": "Gaussian random guide: share of perturbed tokens."}
+    )
+    random_sigma: float = field(default=0.2, metadata={"help": "Gaussian random guide: σ."})
+    guide_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}."
+        },
+    )
+    guide_schedule_restarts: int = field(default=0, metadata={"help": "Cosine schedule: number of restarts."})
+    guide_schedule_min: float = field(
+        default=0.0, metadata={"help": "Cosine schedule: lower bound of the strength."}
+    )
+    divergence: str = field(
+        default="reverse",
+        metadata={"help": f"Anchor divergence: one of {DIVERGENCES} ('forward' takes no guide)."},
+    )
+    kl_estimator: str = field(
+        default="k3", metadata={"help": f"Reverse-KL estimator: one of {KL_ESTIMATORS}."}
+    )
+    kl_log_ratio_clip: float | None = field(
+        default=20.0, metadata={"help": "Clamp of the log-ratio inside the divergence (None: off)."}
+    )
+    kl_placement: str = field(
+        default="loss",
+        metadata={
+            "help": f"Where β·KL goes: one of {KL_PLACEMENTS} ('reward' gives the exact SAGE optimum)."
+        },
+    )
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Advantages: one of {ADVANTAGES}. None: TRL's choice from `scale_rewards` "
+            "('group'/'batch' -> grpo, 'none' -> dr_grpo)."
+        },
+    )
+    loss_agg_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Loss aggregation: one of {LOSS_AGG_MODES}. None: the one TRL's `loss_type` means."
+        },
+    )
+    dynamic_sampling: bool = field(
+        default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards are all equal."}
+    )
+    overlong_buffer_len: float = field(
+        default=0.0,
+        metadata={
+            "help": "DAPO overlong shaping ramp: tokens if >= 1, a fraction of max_completion_length if in (0, 1), "
+            "0 for off."
+        },
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0, metadata={"help": "DAPO overlong penalty at the budget."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        choices = {
+            "guide": GUIDES,
+            "guide_entropy_source": GUIDE_ENTROPY_SOURCES,
+            "token_normalization": TOKEN_NORMALIZATIONS,
+            "random_kind": RANDOM_KINDS,
+            "guide_schedule": SCHEDULES,
+            "divergence": DIVERGENCES,
+            "kl_estimator": KL_ESTIMATORS,
+            "kl_placement": KL_PLACEMENTS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.advantage_estimator is not None and self.advantage_estimator not in ADVANTAGES:
+            raise ConfigError(
+                f"advantage_estimator={self.advantage_estimator!r} is not one of {', '.join(ADVANTAGES)}"
+            )
+        if self.loss_agg_mode is not None and self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ConfigError(
+                f"loss_agg_mode={self.loss_agg_mode!r} is not one of {', '.join(LOSS_AGG_MODES)}"
+            )
+        if self.loss_agg_mode is None and self.loss_type not in LOSS_TYPE_TO_AGG_MODE:
+            raise ConfigError(
+                f"loss_type={self.loss_type!r} is not supported by SAGETrainer; use one of "
+                f"{', '.join(LOSS_TYPE_TO_AGG_MODE)} or set loss_agg_mode"
+            )
+        if not 0 < self.q_min <= 1 <= self.q_max:
+            raise ConfigError(f"need 0 < q_min <= 1 <= q_max, got q_min={self.q_min}, q_max={self.q_max}")
+        if self.divergence == "forward" and self.guide != "none":
+            raise ConfigError("divergence='forward' takes no guide: set guide='none'")
+        if self.kl_placement == "reward" and self.divergence != "reverse":
+            raise ConfigError("kl_placement='reward' needs divergence='reverse'")
+        if self.guide != "none" and self.beta == 0.0:
+            raise ConfigError(f"guide={self.guide!r} shapes the KL anchor, so it needs beta > 0 (got beta=0)")
+        if self.overlong_buffer_len < 0 or self.resolved_overlong_buffer_len > (
+            self.max_completion_length or 0
+        ):
+            raise ConfigError(
+                f"overlong_buffer_len={self.overlong_buffer_len} must be a fraction in (0, 1) or a token count "
+                f"in [1, max_completion_length={self.max_completion_length}]"
+            )
+        unsupported = {
+            "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
+            "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "1.0"),
+            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
+            "entropy_coef": (
+                bool(self.entropy_coef) or self.use_adaptive_entropy,
+                "0 (and use_adaptive_entropy False)",
+            ),
+            "multi_objective_aggregation": (
+                self.multi_objective_aggregation != "sum_then_normalize",
+                "'sum_then_normalize'",
+            ),
+        }
+        for name, (bad, supported) in unsupported.items():
+            if bad:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)!r} is not supported by SAGETrainer (supported: {supported})"
+                )
+
+    @property
+    def resolved_overlong_buffer_len(self) -> int:
+        """The overlong ramp in tokens (0: off)."""
+        value = self.overlong_buffer_len
+        if 0 < value < 1:
+            return max(1, round(value * (self.max_completion_length or 0)))
+        return int(value)
+
+    @property
+    def resolved_loss_agg_mode(self) -> str:
+        """``loss_agg_mode``, or the aggregation TRL's ``loss_type`` stands for."""
+        return self.loss_agg_mode or LOSS_TYPE_TO_AGG_MODE[self.loss_type]
+
+    @property
+    def resolved_advantage_estimator(self) -> str:
+        """``advantage_estimator``, or TRL's choice from ``scale_rewards``."""
+        if self.advantage_estimator is not None:
+            return self.advantage_estimator
+        return "dr_grpo" if self.scale_rewards == "none" else "grpo"

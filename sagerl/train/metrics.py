@@ -1,0 +1,61 @@
+"""``metrics.jsonl``: one JSON line per logged optimizer step of a training run.
+
+Each line holds ``step``, ``epoch``, ``time`` (seconds since the run started) and every metric TRL and the
+adapter log at that step, under TRL's names, among them: ``reward`` and ``reward_std`` (mean and std of
+the total reward), ``pass_rate`` (share of completions graded correct), ``kl``, ``entropy`` (nats per
+token), ``q/mean`` and ``q/frac_above_1`` (the guide), ``clip_ratio/region_mean`` (clip fraction),
+``completions/mean_length`` (tokens), ``filtered_groups_share`` (groups dropped by dynamic sampling),
+``loss``, ``grad_norm``, ``learning_rate`` and ``step_time``.
+
+On resumption, lines past the checkpoint's step are dropped first (atomically), so the file never holds
+two lines for one step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+
+class MetricsJSONLCallback(TrainerCallback):
+    """Appends each training log to ``path`` as one JSON line (main process only)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._start = time.time()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            if row.get("step", 0) <= state.global_step:
+                kept.append(line)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".metrics.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        if any(key.startswith("eval_") for key in logs):
+            return
+        row = {"step": state.global_step, "epoch": state.epoch, "time": round(time.time() - self._start, 3)}
+        for key, value in logs.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            row[key] = value
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()

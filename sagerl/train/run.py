@@ -1,0 +1,329 @@
+"""``sagerl train``: resolve a preset and overrides into a run folder, then train with :class:`SAGETrainer`.
+
+The run folder (``--output-dir``) holds:
+
+- ``config.yaml``: the resolved config (preset, run settings, every trainer field), written atomically;
+- ``metrics.jsonl``: one JSON line per optimizer step (see :class:`MetricsJSONLCallback`);
+- ``checkpoint-N/``: HF checkpoints with optimizer, scheduler and RNG states (and the guide's RNG);
+- ``model/``: the final model and tokenizer, ready for ``sagerl eval --model``.
+
+Rerunning the same command in the same folder resumes from the last checkpoint, exactly where it
+stopped; a changed config is refused (the message names the keys that differ).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagerl import __version__
+from sagerl.errors import ConfigError, ModelLoadError
+from sagerl.train.presets import load_preset
+
+# Trainer defaults that fit a 2-core CPU and the embedded model; every one can be overridden.
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_steps": 20,
+    "per_device_train_batch_size": 8,  # completions per micro-batch
+    "gradient_accumulation_steps": 2,  # so 16 completions (2 prompts x 8) per optimizer step
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",
+    "max_completion_length": 256,
+    "logging_steps": 1,
+    "save_steps": 10,
+    "save_total_limit": 2,
+    "report_to": "none",
+    "seed": 0,
+    "bf16": False,
+    "dataloader_num_workers": 0,
+}
+# Keys that may change between a run and its resumption.
+RESUMABLE_CHANGES = {"max_steps", "save_steps", "logging_steps", "report_to", "save_total_limit"}
+
+
+@dataclass
+class RunSettings:
+    """What to train on, beside the trainer config."""
+
+    model: str | None = None
+    """HF model path or id; None: the embedded SmolLM2-135M-Instruct."""
+    dataset: str = "arith_train"
+    """Named set or JSONL path (fields ``problem``, ``answer``)."""
+    data_dir: str | None = None
+    """Folder of the named sets' JSONL files (default: ``$SAGERL_DATA_DIR``)."""
+    limit: int | None = None
+    """Use only the first N problems."""
+    few_shot: int | None = None
+    """Worked examples in each prompt; None: the dataset's default (arith: 4)."""
+    fallback_to_last_number: bool = False
+    """Grade the last number when there is no ``\\boxed{}``."""
+    format_reward_weight: float = 0.0
+    """Weight of the format reward (a complete ``\\boxed{}``); 0: off."""
+
+
+RUN_KEYS = {f.name for f in dataclasses.fields(RunSettings)}
+
+
+def trainer_fields() -> dict[str, dataclasses.Field]:
+    from sagerl.train.config import SAGEConfig
+
+    return {f.name: f for f in dataclasses.fields(SAGEConfig) if f.init}
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """Parse ``key=value`` strings (values read as YAML scalars: 1e-6, true, null, [1, 2]).
+
+    Raises:
+        ConfigError: a pair without ``=``, or an unknown key (with the closest known keys).
+    """
+    known = RUN_KEYS | set(trainer_fields()) - {"output_dir"}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected key=value")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ConfigError(f"unknown config key {key!r}{hint}")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key] = raw
+    return out
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Check an override against the type of its default and convert the obvious cases."""
+    if value is None or default is None or isinstance(default, list | dict):
+        return value
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int) and not isinstance(value, bool):
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return int(value)
+    elif isinstance(default, float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, str):
+        return str(value)
+    else:
+        return value
+    raise ConfigError(f"config key {key!r} expects a {type(default).__name__}, got {value!r}")
+
+
+@dataclass
+class ResolvedConfig:
+    preset: str
+    settings: RunSettings
+    trainer: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sagerl_version": __version__,
+            "preset": self.preset,
+            "run": dataclasses.asdict(self.settings),
+            "trainer": self.trainer,
+        }
+
+
+def resolve_config(preset: str, overrides: dict[str, Any]) -> ResolvedConfig:
+    """Defaults, then the preset, then the overrides; types checked against the defaults.
+
+    Raises:
+        ConfigError: unknown preset or key, or a value of the wrong type.
+    """
+    fields = trainer_fields()
+    trainer = dict(TRAINER_DEFAULTS)
+    for key, value in load_preset(preset).items():
+        if key not in fields:
+            raise ConfigError(f"preset {preset!r} sets unknown key {key!r}")
+        trainer[key] = value
+    settings = RunSettings()
+    for key, value in overrides.items():
+        if key in RUN_KEYS:
+            setattr(settings, key, _coerce(key, value, getattr(RunSettings(), key)))
+        else:
+            field = fields[key]
+            default = field.default if field.default is not dataclasses.MISSING else None
+            if default is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                default = field.default_factory()  # type: ignore[misc]
+            trainer[key] = _coerce(key, value, default)
+    return ResolvedConfig(preset, settings, trainer)
+
+
+def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
+    """The :class:`SAGEConfig` of a resolved config.
+
+    Raises:
+        ConfigError: TRL or sagerl rejects the combination (one line, TRL's reason).
+    """
+    from sagerl.train.config import SAGEConfig
+
+    try:
+        return SAGEConfig(output_dir=str(output_dir), **resolved.trainer)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid trainer config: {str(exc).strip().splitlines()[0]}") from exc
+
+
+def build_dataset(settings: RunSettings, tokenizer):
+    """The training set as a ``datasets.Dataset`` with TRL's conversational ``prompt`` plus ``answer``,
+    ``kind`` and ``id`` columns.
+
+    Raises:
+        DataError: from :func:`sagerl.tasks.load_problems` (file, line, field).
+    """
+    from datasets import Dataset
+
+    from sagerl.tasks import build_messages, default_few_shot, load_problems
+
+    problems = load_problems(settings.dataset, data_dir=settings.data_dir, limit=settings.limit)
+    if not problems:
+        raise ConfigError(f"dataset {settings.dataset!r} has no problems")
+    few_shot = default_few_shot(settings.dataset) if settings.few_shot is None else settings.few_shot
+    return Dataset.from_dict(
+        {
+            "prompt": [build_messages(p, few_shot=few_shot) for p in problems],
+            "answer": [p.answer for p in problems],
+            "kind": [p.kind for p in problems],
+            "id": [p.id for p in problems],
+        }
+    )
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder of a run, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not output_dir.is_dir():
+        return None
+    found = get_last_checkpoint(str(output_dir))
+    return Path(found) if found else None
+
+
+def check_resume_compatible(saved: dict, resolved: ResolvedConfig, path: Path) -> None:
+    """Refuse to resume a run whose config changed (except keys in :data:`RESUMABLE_CHANGES`)."""
+    new = resolved.as_dict()
+    diffs = []
+    if saved.get("preset") != new["preset"]:
+        diffs.append("preset")
+    for key in sorted(set(saved.get("run", {})) | set(new["run"])):
+        if saved.get("run", {}).get(key) != new["run"].get(key):
+            diffs.append(key)
+    old_t, new_t = saved.get("trainer", {}), new["trainer"]
+    for key in sorted(set(old_t) | set(new_t)):
+        if key not in RESUMABLE_CHANGES and old_t.get(key) != new_t.get(key):
+            diffs.append(key)
+    if diffs:
+        raise ConfigError(
+            f"{path} was written with another config (differs in: {', '.join(diffs)}); "
+            "use another --output-dir, or the same options to resume"
+        )
+
+
+def validate_model(model: str | None) -> str:
+    """Resolve the model and check that its config and tokenizer load (before building the trainer).
+
+    Raises:
+        ModelLoadError: one line naming the model.
+    """
+    from transformers import AutoConfig
+
+    from sagerl.models import load_tokenizer, resolve_model
+
+    path = resolve_model(model)
+    try:
+        AutoConfig.from_pretrained(path)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"model {model!r} does not load: {text}") from exc
+    load_tokenizer(path)
+    return path
+
+
+def train(
+    preset: str = "grpo+branch",
+    overrides: dict[str, Any] | None = None,
+    output_dir: str | Path | None = None,
+    resume: bool | None = None,
+    callbacks: list | None = None,
+) -> Path:
+    """Train ``preset`` with ``overrides`` into ``output_dir``; returns the final model folder.
+
+    Args:
+        preset: a name from :func:`sagerl.train.presets.list_presets`.
+        overrides: run keys (:class:`RunSettings`) and trainer keys (:class:`SAGEConfig`).
+        output_dir: run folder (default ``runs/<preset>``).
+        resume: True: resume (error if there is no checkpoint); False: refuse a folder that has
+            checkpoints; None: resume when a checkpoint exists.
+        callbacks: extra ``transformers.TrainerCallback`` objects.
+
+    Raises:
+        ConfigError, DataError, ModelLoadError: user errors, one line each.
+    """
+    resolved = resolve_config(preset, overrides or {})
+    out = Path(output_dir or Path("runs") / preset)
+    checkpoint = last_checkpoint(out)
+    config_path = out / "config.yaml"
+    if resume is True and checkpoint is None:
+        raise ConfigError(f"--resume: no checkpoint in {out}")
+    if resume is False and checkpoint is not None:
+        raise ConfigError(f"{out} already has {checkpoint.name}; pass --resume or use another --output-dir")
+    if checkpoint is not None and config_path.is_file():
+        check_resume_compatible(
+            yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}, resolved, config_path
+        )
+
+    args = build_trainer_config(resolved, out)
+    model_path = validate_model(resolved.settings.model)
+
+    from sagerl.models import load_tokenizer
+    from sagerl.train.metrics import MetricsJSONLCallback
+    from sagerl.train.rewards import CorrectnessReward, FormatReward
+    from sagerl.train.trainer import SAGETrainer
+
+    tokenizer = load_tokenizer(model_path)
+    dataset = build_dataset(resolved.settings, tokenizer)
+    reward_funcs: list = [CorrectnessReward(resolved.settings.fallback_to_last_number)]
+    if resolved.settings.format_reward_weight:
+        reward_funcs.append(FormatReward())
+        args.reward_weights = [1.0, float(resolved.settings.format_reward_weight)]
+
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(config_path, yaml.safe_dump(resolved.as_dict(), sort_keys=False, allow_unicode=True))
+    trainer = SAGETrainer(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])],
+    )
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    final = out / "model"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    _atomic_write(out / "train_state.json", json.dumps({"global_step": trainer.state.global_step}) + "\n")
+    return final

@@ -1,0 +1,365 @@
+"""``SAGETrainer``: TRL's ``GRPOTrainer`` with its loss and advantages taken from :mod:`sagerl.objective`.
+
+Everything TRL does stays TRL's: generation (transformers or vLLM), reward functions, the reference model
+(or the PEFT adapter switched off), accelerate / DeepSpeed / FSDP, logging and checkpoints. The adapter
+replaces four hooks and nothing else:
+
+- ``_calculate_rewards``: keeps the gathered rewards, so the advantages can be recomputed.
+- ``_generate_and_score_completions``: after TRL's rollout, sets the advantages from
+  :func:`sagerl.objective.compute_advantages` (GRPO, Dr.GRPO or BNPO), DAPO's dynamic-sampling keep-mask,
+  and, when the guide reads the reference policy, the reference entropies.
+- ``_get_per_token_logps_and_entropies``: only to keep the reference entropies of the reference forward
+  pass that TRL already runs (no extra forward pass).
+- ``_compute_loss``: the policy forward pass (TRL's fused LM head gives log-probs *and* entropies at once),
+  the guide q, then :func:`sagerl.objective.sage_loss`.
+
+TRL internals this relies on are checked by tests/train/test_trl_contract.py, which fails loudly if a TRL
+upgrade changes them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from sagerl.errors import ConfigError
+from sagerl.objective import (
+    GuideParams,
+    compute_advantages,
+    compute_guide,
+    dynamic_sampling_mask,
+    make_schedule,
+    overlong_penalty,
+    sage_loss,
+    shaped_kl,
+)
+from sagerl.train.config import SAGEConfig
+
+GUIDE_RNG_FILE = "sage_guide_rng.pt"
+
+
+def as_sage_config(args: GRPOConfig | None, model_name: str = "model") -> SAGEConfig:
+    """Return ``args`` as a :class:`SAGEConfig` (a plain ``GRPOConfig`` keeps its values, SAGE fields default)."""
+    if args is None:
+        return SAGEConfig(output_dir=f"{model_name}-SAGE")
+    if isinstance(args, SAGEConfig):
+        return args
+    values = {f.name: getattr(args, f.name) for f in fields(GRPOConfig) if f.init}
+    values["generation_batch_size"] = None  # derived by GRPOConfig.__post_init__ from steps_per_generation
+    return SAGEConfig(**values)
+
+
+class OverlongReward:
+    """DAPO's overlong reward shaping as a TRL reward function (reads the completion token counts)."""
+
+    __name__ = "overlong"
+
+    def __init__(self, max_length: int, buffer_length: int, penalty_factor: float) -> None:
+        self.max_length, self.buffer_length, self.penalty_factor = max_length, buffer_length, penalty_factor
+
+    def __call__(self, completions, completion_ids, **kwargs) -> list[float]:
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        return overlong_penalty(lengths, self.max_length, self.buffer_length, self.penalty_factor).tolist()
+
+
+class SAGETrainer(GRPOTrainer):
+    """GRPO-family trainer whose objective is SAGE's (see :mod:`sagerl.objective`).
+
+    Takes exactly the arguments of ``trl.GRPOTrainer``. ``args`` may be a :class:`SAGEConfig` or a plain
+    ``GRPOConfig`` (then: plain GRPO as TRL computes it, no guide).
+
+    Raises:
+        ConfigError: a TRL option the adapter does not support, or an inconsistent SAGE option.
+    """
+
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *pos, **kwargs):
+        model_name = (
+            model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        )
+        args = as_sage_config(args, str(model_name).rstrip("/").split("/")[-1] or "model")
+        if args.resolved_overlong_buffer_len > 0:
+            if args.resolved_advantage_estimator == "bnpo":
+                raise ConfigError(
+                    "advantage_estimator='bnpo' needs rewards in [0, 1]; overlong shaping is negative"
+                )
+            funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+            funcs.append(
+                OverlongReward(
+                    args.max_completion_length,
+                    args.resolved_overlong_buffer_len,
+                    args.overlong_penalty_factor,
+                )
+            )
+            reward_funcs = funcs
+            if args.reward_weights is not None:
+                args.reward_weights = [*args.reward_weights, 1.0]
+        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+
+        self._wants_ref_entropy = args.guide != "none" and args.guide_entropy_source == "reference"
+        if self._wants_ref_entropy:
+            from transformers import PreTrainedModel
+
+            if not isinstance(self.ref_model, PreTrainedModel):
+                raise ConfigError(
+                    "guide_entropy_source='reference' needs a separate, unwrapped reference model "
+                    "(not PEFT, DeepSpeed or FSDP); use guide_entropy_source='policy'"
+                )
+            add_fused_lm_head(
+                self.ref_model,
+                temperature=self.temperature,
+                cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+                outputs=("log_probs", "entropy"),
+            )
+        self._guide_params = GuideParams(
+            gamma=args.gamma,
+            tau=args.tau,
+            q_min=args.q_min,
+            q_max=args.q_max,
+            alpha=args.token_alpha,
+            sigma=args.token_sigma,
+            normalization=args.token_normalization,
+            random_kind=args.random_kind,
+            random_eps=args.random_eps,
+            random_sigma=args.random_sigma,
+        )
+        self._guide_generator = torch.Generator(device=self.accelerator.device).manual_seed(args.seed)
+        self._guide_schedule = None
+        self._gathered_rewards_per_func: torch.Tensor | None = None
+        self._ref_entropies: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ rollout
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        **kwargs,
+    ):
+        if self._wants_ref_entropy and model is self.ref_model:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=True, **kwargs
+            )
+            self._ref_entropies = entropies
+            return logps, (entropies if compute_entropy else None), aux
+        return super()._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size,
+            compute_entropy=compute_entropy,
+            **kwargs,
+        )
+
+    def _generate_and_score_completions(self, inputs):
+        self._ref_entropies = None
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+
+        rewards_per_func = self._gathered_rewards_per_func
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")  # unscorable: advantage 0
+
+        try:
+            advantages = compute_advantages(
+                self.args.resolved_advantage_estimator, rewards, group_size, scale=self.scale_rewards
+            )
+        except ValueError as exc:
+            raise ConfigError(
+                f"advantage_estimator={self.args.resolved_advantage_estimator!r}: {exc}"
+            ) from exc
+        if self.args.dynamic_sampling:
+            keep = dynamic_sampling_mask(rewards, group_size)
+        else:
+            keep = torch.ones_like(rewards, dtype=torch.bool)
+
+        local = output["completion_ids"].shape[0]
+        start = self.accelerator.process_index * local
+        output["advantages"] = advantages[start : start + local]
+        local_keep = keep[start : start + local]
+        output["sage_keep"] = local_keep.to(output["completion_mask"].dtype)
+        if self.args.dynamic_sampling:
+            loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+            kept_tokens = (loss_mask * output["sage_keep"].unsqueeze(1)).sum()
+            output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
+        if self._wants_ref_entropy and self._ref_entropies is not None:
+            output["ref_entropies"] = self._ref_entropies
+
+        metrics = self._metrics[mode]
+        metrics["filtered_groups_share"].append(1.0 - keep.view(-1, group_size)[:, 0].float().mean().item())
+        if "correctness" in self.reward_func_names:
+            correct = rewards_per_func[:, self.reward_func_names.index("correctness")]
+            metrics["pass_rate"].append(torch.nanmean((correct >= 1.0).float()).item())
+        return output
+
+    # ------------------------------------------------------------------ loss
+    def _guide_strength(self) -> float:
+        """Multiplier of the guide strength at this optimizer step (1 for the constant schedule)."""
+        if self._guide_schedule is None:
+            self._guide_schedule = make_schedule(
+                self.args.guide_schedule,
+                1.0,
+                total_steps=max(self.state.max_steps, 1),
+                lower=self.args.guide_schedule_min,
+                num_restarts=self.args.guide_schedule_restarts,
+            )
+        return self._guide_schedule(self.state.global_step)
+
+    def _scheduled_guide_params(self) -> GuideParams:
+        s = self._guide_strength()
+        p = self._guide_params
+        if s == 1.0:
+            return p
+        return GuideParams(
+            gamma=p.gamma * s,
+            tau=p.tau,
+            q_min=p.q_min,
+            q_max=p.q_max,
+            alpha=p.alpha * s,
+            sigma=p.sigma * s,
+            normalization=p.normalization,
+            random_kind=p.random_kind,
+            random_eps=p.random_eps,
+            random_sigma=p.random_sigma * s,
+        )
+
+    def _loss_normalization(self, inputs, mode: str) -> tuple[float | torch.Tensor | None, float]:
+        """(num_tokens for token-mean, divisor for the other modes), as TRL normalises each loss type."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        agg = self.args.resolved_loss_agg_mode
+        local_token_mean = self.args.loss_agg_mode is None and self.loss_type == "bnpo"
+        if agg == "token-mean" and not local_token_mean:
+            # DAPO: normalise by the tokens of the whole accumulated generation batch, per optimizer step
+            tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                tokens = tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return tokens, 1.0
+        return None, accumulation
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        if "sage_keep" in inputs:
+            mask = mask * inputs["sage_keep"].unsqueeze(1)
+
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            pixel_values=inputs.get("pixel_values"),
+            image_grid_thw=inputs.get("image_grid_thw"),
+            num_images=inputs.get("num_images"),
+            pixel_attention_mask=inputs.get("pixel_attention_mask"),
+            spatial_shapes=inputs.get("spatial_shapes"),
+            num_tiles=inputs.get("num_tiles"),
+            image_sizes=inputs.get("image_sizes"),
+            token_type_ids=inputs.get("token_type_ids"),
+            mm_token_type_ids=inputs.get("mm_token_type_ids"),
+            image_position_ids=inputs.get("image_position_ids"),
+        )
+        ref_logps = inputs.get("ref_per_token_logps")
+        from_reference = self.args.guide_entropy_source == "reference"
+        q = compute_guide(
+            self.args.guide,
+            mask,
+            self._scheduled_guide_params(),
+            entropy=inputs.get("ref_entropies") if from_reference else entropies,
+            logp=ref_logps if from_reference else logps,
+            generator=self._guide_generator,
+        )
+        num_tokens, divisor = self._loss_normalization(inputs, mode)
+        importance = inputs.get("importance_sampling_ratio") if self.use_vllm else None
+        out = sage_loss(
+            logps,
+            inputs.get("old_per_token_logps"),
+            ref_logps,
+            inputs["advantages"],
+            mask,
+            log_q=None if q is None else torch.log(q),
+            beta=self.beta,
+            divergence=self.args.divergence,
+            kl_estimator=self.args.kl_estimator,
+            kl_log_ratio_clip=self.args.kl_log_ratio_clip,
+            kl_bias_correction=self.args.use_bias_correction_kl,
+            kl_placement=self.args.kl_placement,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            delta=self.args.delta,
+            loss_agg_mode=self.args.resolved_loss_agg_mode,
+            num_tokens=num_tokens,
+            max_len=self.max_completion_length,
+            importance_weights=importance,
+        )
+        loss = out.loss / divisor
+        if self.aux_loss_enabled:
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(
+                self.accelerator.gather_for_metrics(aux_loss).mean().item()
+            )
+        self._log_loss_metrics(mode, mask, entropies, out, q, logps, ref_logps)
+        return loss
+
+    def _log_loss_metrics(self, mode, mask, entropies, out, q, logps, ref_logps) -> None:
+        """Log per-step diagnostics: ``kl`` is the anchor divergence in the loss (shaped when there is a
+        guide), ``kl/reference`` the plain reverse KL(π‖π_ref) (k3), comparable across every preset."""
+        mask = mask.bool()
+        surrogate = out.surrogate
+
+        def global_mean(x: torch.Tensor) -> float:
+            local = torch.stack([torch.where(mask, x.float(), 0.0).sum(), mask.sum().float()])
+            total = self.accelerator.reduce(local, reduction="sum")
+            return (total[0] / total[1].clamp(min=1.0)).item()
+
+        m = self._metrics[mode]
+        if out.kl is not None:
+            m["kl"].append(global_mean(out.kl))
+        if ref_logps is not None:
+            m["kl/reference"].append(global_mean(shaped_kl(logps.detach(), ref_logps, None, "k3")))
+        m["entropy"].append(global_mean(entropies.detach()))
+        m["clip_ratio/low_mean"].append(global_mean(surrogate.clipped_low.float()))
+        m["clip_ratio/high_mean"].append(global_mean(surrogate.clipped_high.float()))
+        m["clip_ratio/region_mean"].append(
+            global_mean((surrogate.clipped_low | surrogate.clipped_high).float())
+        )
+        if q is not None:
+            m["q/mean"].append(global_mean(q))
+            m["q/frac_above_1"].append(global_mean((q > 1.0).float()))
+            m["q/frac_below_1"].append(global_mean((q < 1.0).float()))
+            m["guide/strength"].append(self._guide_strength())
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            torch.save(self._guide_generator.get_state(), os.path.join(folder, GUIDE_RNG_FILE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, GUIDE_RNG_FILE)
+            if os.path.exists(path):
+                self._guide_generator.set_state(torch.load(path, weights_only=True))
