@@ -85,7 +85,7 @@ def eval_command(
     if out is None:
         name = Path(model_identity(model)).name or "model"
         out = str(Path("runs") / f"eval-{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    console.print(f"run folder: {out}  (rerun with --out {out} to resume)", highlight=False)
+    typer.echo(f"run folder: {out}  (rerun with --out {out} to resume)")
     results = evaluate(
         model,
         _split_list(dataset),
@@ -105,13 +105,12 @@ def eval_command(
     )
     console.print(_results_table(results))
     meta = results["meta"]
-    console.print(
+    typer.echo(
         f"{meta['samples_generated_this_call']} samples generated now, {meta['samples_total']} in total, "
-        f"{meta['elapsed_s_this_call']:.1f} s",
-        highlight=False,
+        f"{meta['elapsed_s_this_call']:.1f} s"
     )
     for label, fname in (("samples", SAMPLES_FILE), ("results", "results.json"), ("plot", PLOT_FILE)):
-        console.print(f"{label}: {Path(out) / fname}", highlight=False)
+        typer.echo(f"{label}: {Path(out) / fname}")
 
 
 def _results_table(results: dict):
@@ -158,7 +157,7 @@ def compare_command(
     comparison = compare_runs(run_dirs, out=out, ks=ks)
     console = Console()
     console.print(render_table(comparison))
-    console.print(f"plot: {comparison['plot']}", highlight=False)
+    typer.echo(f"plot: {comparison['plot']}")
 
 
 # ---- end of eval and compare commands ----------------------------------------------------------------------

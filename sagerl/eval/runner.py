@@ -144,7 +144,7 @@ def evaluate(
     """
     from sagerl import __version__
     from sagerl.grading import grade
-    from sagerl.tasks import default_few_shot, render_prompt
+    from sagerl.tasks import build_messages, default_few_shot, parse_names, render_prompt
 
     if n < 1:
         raise ConfigError(f"n must be >= 1, got {n}")
@@ -158,7 +158,7 @@ def evaluate(
         raise ConfigError(f"few_shot must be >= 0, got {few_shot}")
     if backend not in ("hf", "vllm"):
         raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
-    datasets = [d.strip() for d in datasets if d and d.strip()]
+    datasets = parse_names([d for d in datasets if d])
     if not datasets:
         raise ConfigError("no dataset given")
 
@@ -166,6 +166,11 @@ def evaluate(
     out = Path(out)
     problems = _load_datasets(datasets, data_dir=data_dir, limit=limit)
     few_shots = {name: (few_shot if few_shot is not None else default_few_shot(name)) for name in problems}
+    for name, probs in problems.items():  # fail on a bad --few-shot before loading any model
+        try:
+            build_messages(probs[0], few_shot=few_shots[name])
+        except ValueError as exc:
+            raise ConfigError(f"dataset {name!r}: {exc}") from exc
     model_id = model_identity(model)
     settings = {
         "model": model_id,

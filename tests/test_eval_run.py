@@ -1,0 +1,338 @@
+"""The evaluation runner: outputs, values, resume after a crash, settings checks, CLI smoke test, compare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sagerl.cli import main
+from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval import evaluate, pass_at_k
+from sagerl.eval.samplers import Completion, Sampler, sample_seed
+from sagerl.eval.samples import SAMPLES_FILE, load_samples
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+PROBLEMS = [
+    {"id": "always", "problem": "What is 1 + 1?", "answer": "2"},
+    {"id": "never", "problem": "What is 2 + 2?", "answer": "4"},
+    {"id": "half", "problem": "What is 3 + 3?", "answer": "6"},
+]
+
+
+class PlainTokenizer:
+    """A tokenizer stand-in without a chat template (prompts are rendered as plain text)."""
+
+    chat_template = None
+
+
+class FakeSampler(Sampler):
+    """Deterministic sampler: problem "always" is always right, "never" never, "half" when seed is even.
+
+    Counts how many samples it generates; raises after ``fail_after`` generate calls, if set.
+    """
+
+    name = "fake"
+
+    def __init__(self, chunk_size: int = 4, fail_after: int | None = None) -> None:
+        self.tokenizer = PlainTokenizer()
+        self.chunk_size = chunk_size
+        self.fail_after = fail_after
+        self.calls = 0
+        self.samples = 0
+
+    def generate(self, prompts, n, *, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, sample_seeds=None):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("simulated crash")
+        self.calls += 1
+        out = []
+        for prompt, seeds in zip(prompts, sample_seeds, strict=True):
+            problem = next(p for p in PROBLEMS if p["problem"] in prompt)
+            row = []
+            for s in seeds:
+                right = problem["id"] == "always" or (problem["id"] == "half" and s % 2 == 0)
+                answer = problem["answer"] if right else "-1"
+                row.append(Completion(f"The answer is \\boxed{{{answer}}}. (seed {s})", 7, "stop"))
+                self.samples += 1
+            out.append(row)
+        return out
+
+
+def expected_half_count(n: int, seed: int, dataset: str = "toy") -> int:
+    return sum(sample_seed(seed, dataset, "half", j) % 2 == 0 for j in range(n))
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    path = tmp_path / "toy.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS), encoding="utf-8")
+    return path
+
+
+def run(toy: Path, out: Path, sampler: Sampler, **kw) -> dict:
+    args = {"n": 8, "max_new_tokens": 16, "seed": 3, "progress": False}
+    args.update(kw)
+    return evaluate("fake-model", [str(toy)], out=out, sampler=sampler, **args)
+
+
+def test_evaluate_values_and_outputs(toy, tmp_path):
+    out = tmp_path / "run"
+    sampler = FakeSampler()
+    res = run(toy, out, sampler)
+    assert sampler.samples == 3 * 8
+    c_half = expected_half_count(8, 3)
+    assert 0 < c_half < 8  # the seeds really vary
+    entry = res["datasets"]["toy"]
+    for k in (1, 2, 4, 8):
+        want = (1.0 + 0.0 + pass_at_k(8, c_half, k)) / 3
+        assert entry[f"pass@{k}"] == pytest.approx(want)
+        assert res["average"][f"pass@{k}"] == pytest.approx(want)  # one dataset: average = it
+        lo, hi = entry["ci"][f"pass@{k}"]
+        assert lo <= entry[f"pass@{k}"] <= hi
+    assert entry["mean_accuracy"] == pytest.approx((8 + c_half) / 24)
+    assert entry["n"] == 8 and entry["num_problems"] == 3
+    assert entry["mean_num_tokens"] == 7 and entry["truncated_fraction"] == 0
+    meta = res["meta"]
+    assert meta["ks"] == [1, 2, 4, 8]
+    for key in ("model", "n", "temperature", "top_p", "max_new_tokens", "seed", "backend", "sagerl_version"):
+        assert key in meta
+    assert meta["backend"] == "fake" and meta["model"] == "fake-model"
+    assert meta["started_at"] and meta["finished_at"]
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["datasets"]["toy"]["pass@8"] == pytest.approx(entry["pass@8"])
+    assert (out / "passk.png").stat().st_size > 1000
+    lines = (out / SAMPLES_FILE).read_text().splitlines()
+    assert len(lines) == 24
+    rec = json.loads(lines[0])
+    assert set(rec) >= {
+        "dataset",
+        "problem_id",
+        "sample_index",
+        "text",
+        "extracted",
+        "correct",
+        "num_tokens",
+        "finish_reason",
+    }
+    assert rec["extracted"] == "2" and rec["correct"] is True and rec["finish_reason"] == "stop"
+
+
+def test_resume_after_crash_never_recomputes(toy, tmp_path):
+    out = tmp_path / "run"
+    # Crash after 2 generate calls of 4 samples each (8 of 24 samples written).
+    with pytest.raises(KeyboardInterrupt):
+        run(toy, out, FakeSampler(chunk_size=4, fail_after=2))
+    before = load_samples(out / SAMPLES_FILE)
+    assert len(before) == 8
+    # A crash in the middle of a write leaves a truncated last line.
+    with open(out / SAMPLES_FILE, "a", encoding="utf-8") as f:
+        f.write('{"dataset": "toy", "problem_id": "half", "sample_in')
+    sampler = FakeSampler(chunk_size=5)
+    res = run(toy, out, sampler)
+    assert sampler.samples == 24 - 8  # finished samples were not generated again
+    assert res["meta"]["samples_generated_this_call"] == 16
+    after = load_samples(out / SAMPLES_FILE)
+    assert len(after) == 24
+    assert (
+        len((out / SAMPLES_FILE).read_text().splitlines()) == 24
+    )  # the truncated line is gone, no duplicates
+    for key, rec in before.items():
+        assert after[key] == rec
+    # Same numbers as an uninterrupted run.
+    fresh = run(toy, tmp_path / "fresh", FakeSampler(chunk_size=7))
+    for k in (1, 2, 4, 8):
+        assert res["datasets"]["toy"][f"pass@{k}"] == fresh["datasets"]["toy"][f"pass@{k}"]
+    assert res["datasets"]["toy"]["ci"] == fresh["datasets"]["toy"]["ci"]
+    # A third run has nothing to do: no model or sampler call at all.
+    idle = FakeSampler(fail_after=0)
+    again = run(toy, out, idle)
+    assert idle.calls == 0 and again["meta"]["samples_generated_this_call"] == 0
+
+
+def test_raising_n_adds_samples_and_limit_restricts(toy, tmp_path):
+    out = tmp_path / "run"
+    run(toy, out, FakeSampler(), n=4)
+    more = FakeSampler()
+    res = run(toy, out, more, n=6)
+    assert more.samples == 3 * 2
+    assert res["meta"]["ks"] == [1, 2, 4, 6]
+    small = FakeSampler(fail_after=0)
+    res = run(toy, out, small, n=4, limit=2)
+    assert small.calls == 0
+    assert res["datasets"]["toy"]["num_problems"] == 2
+    assert res["datasets"]["toy"]["pass@1"] == pytest.approx(0.5)  # "always" and "never"
+
+
+@pytest.mark.parametrize(
+    "change", [{"temperature": 0.7}, {"top_p": 0.9}, {"max_new_tokens": 32}, {"seed": 4}, {"few_shot": 1}]
+)
+def test_refuses_to_mix_sampling_settings(toy, tmp_path, change):
+    out = tmp_path / "run"
+    run(toy, out, FakeSampler(), n=2)
+    with pytest.raises(SagerlError, match="other settings"):
+        run(toy, out, FakeSampler(), n=2, **change)
+
+
+def test_refuses_other_model(toy, tmp_path):
+    out = tmp_path / "run"
+    run(toy, out, FakeSampler(), n=2)
+    with pytest.raises(SagerlError, match="model"):
+        evaluate(
+            "other-model",
+            [str(toy)],
+            n=2,
+            out=out,
+            sampler=FakeSampler(),
+            progress=False,
+            max_new_tokens=16,
+            seed=3,
+        )
+
+
+def test_invalid_options(toy, tmp_path):
+    with pytest.raises(ConfigError):
+        run(toy, tmp_path / "a", FakeSampler(), n=0)
+    with pytest.raises(ConfigError):
+        run(toy, tmp_path / "b", FakeSampler(), few_shot=99)
+    with pytest.raises(ConfigError):
+        run(toy, tmp_path / "c", FakeSampler(), top_p=0.0)
+    with pytest.raises(SagerlError, match="nope.jsonl"):
+        evaluate(None, [str(tmp_path / "nope.jsonl")], n=2, out=tmp_path / "d", progress=False)
+
+
+def test_load_samples_tolerates_only_a_truncated_last_line(tmp_path):
+    path = tmp_path / SAMPLES_FILE
+    good = {"dataset": "d", "problem_id": "p", "sample_index": 0, "correct": True}
+    path.write_text(json.dumps(good) + "\n" + '{"dataset": "d", "prob')
+    assert list(load_samples(path)) == [("d", "p", 0)]
+    assert path.read_text() == json.dumps(good) + "\n"
+    # a complete last record without its newline is kept, and the newline added
+    path.write_text(json.dumps(good))
+    assert len(load_samples(path)) == 1 and path.read_text().endswith("\n")
+    # a broken line in the middle is corruption: refuse, naming the line
+    path.write_text(json.dumps(good) + "\nnot json\n" + json.dumps({**good, "sample_index": 1}) + "\n")
+    with pytest.raises(SagerlError, match=r"samples.jsonl:2"):
+        load_samples(path)
+
+
+# ---- with a real (tiny random) model and the shared data ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from sagerl.models import save_tiny_random_model
+
+    return save_tiny_random_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+def shared_data(monkeypatch):
+    if not (DATA_DIR / "aime24.jsonl").is_file():
+        pytest.skip(f"shared data not found at {DATA_DIR}")
+    monkeypatch.setenv("SAGERL_DATA_DIR", str(DATA_DIR))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return DATA_DIR
+
+
+def cli(*args: str) -> int:
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_cli_eval_smoke_on_two_aime_problems(tiny_model, shared_data, tmp_path, capsys):
+    out = tmp_path / "evalrun"
+    argv = [
+        "eval",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        "aime24",
+        "--limit",
+        "2",
+        "-n",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert cli(*argv) == 0
+    printed = capsys.readouterr().out
+    assert "pass@1" in printed and "results.json" in printed
+    for name in ("samples.jsonl", "results.json", "passk.png", "eval_config.json"):
+        assert (out / name).is_file(), name
+    res = json.loads((out / "results.json").read_text())
+    assert set(res) == {"meta", "datasets", "average"}
+    entry = res["datasets"]["aime24"]
+    assert {"pass@1", "pass@2", "ci", "n", "num_problems", "mean_accuracy"} <= set(entry)
+    assert set(entry["ci"]) == {"pass@1", "pass@2"}
+    assert entry["n"] == 2 and entry["num_problems"] == 2
+    assert {"pass@1", "pass@2", "ci"} <= set(res["average"])
+    assert res["meta"]["backend"] == "hf" and res["meta"]["max_new_tokens"] == 8
+    recs = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(recs) == 4
+    assert {(r["problem_id"], r["sample_index"]) for r in recs} == {
+        ("aime-2024-I-01", 0),
+        ("aime-2024-I-01", 1),
+        ("aime-2024-I-02", 0),
+        ("aime-2024-I-02", 1),
+    }
+    for r in recs:
+        assert 1 <= r["num_tokens"] <= 8 and r["finish_reason"] in ("stop", "length")
+        assert r["correct"] is False  # a random 2-layer model does not solve AIME
+    # Rerun: resumes, nothing generated.
+    assert cli(*argv) == 0
+    assert "0 samples generated now" in capsys.readouterr().out
+    # Different settings in the same folder: one-line error, exit 2.
+    assert cli(*argv[:-1], "--temperature", "0.5", "--no-progress") == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def fabricate_run(folder: Path, n: int, values: dict[str, float]) -> Path:
+    """A results.json as `sagerl eval` writes it (pass@k = 1 - (1 - v)^k, made-up)."""
+    from sagerl.eval.passk import ks_up_to
+    from sagerl.eval.results import write_results
+
+    def entry(v: float) -> dict:
+        e = {f"pass@{k}": 1 - (1 - v) ** k for k in ks_up_to(n)}
+        e["ci"] = {key: [max(0.0, x - 0.05), min(1.0, x + 0.05)] for key, x in e.items()}
+        return {**e, "n": n, "num_problems": 10, "mean_accuracy": v}
+
+    datasets = {name: entry(v) for name, v in values.items()}
+    avg = entry(float(np.mean(list(values.values()))))
+    write_results(folder, {"meta": {"model": folder.name, "n": n}, "datasets": datasets, "average": avg})
+    return folder
+
+
+def test_cli_compare_two_runs(tmp_path, capsys):
+    a = fabricate_run(tmp_path / "base", 16, {"aime24": 0.1, "amc23": 0.3})
+    b = fabricate_run(tmp_path / "grpo", 16, {"aime24": 0.2, "amc23": 0.4})
+    plot = tmp_path / "cmp.png"
+    assert cli("compare", str(a), str(b), "--out", str(plot)) == 0
+    printed = capsys.readouterr().out
+    assert "base" in printed and "grpo" in printed and "pass@16" in printed
+    assert "10.0" in printed and "20.0" in printed  # pass@1 of aime24, in %
+    assert plot.stat().st_size > 1000
+
+    from sagerl.eval import compare_runs
+
+    cmp = compare_runs([a, b], out=None, ks=[1, 4])
+    assert cmp["columns"][:2] == [("aime24", 1), ("aime24", 4)]
+    assert cmp["rows"]["grpo"][0] == pytest.approx(0.2)
+    assert cmp["rows"]["base"][-2] == pytest.approx(0.2)  # average pass@1 of base
+
+
+def test_cli_compare_missing_results_names_the_folder(tmp_path, capsys):
+    a = fabricate_run(tmp_path / "ok", 4, {"aime24": 0.5})
+    empty = tmp_path / "not-a-run"
+    empty.mkdir()
+    assert cli("compare", str(a), str(empty), "--out", str(tmp_path / "x.png")) == 2
+    err = capsys.readouterr().err
+    assert "not-a-run" in err and "results.json" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,162 @@
+"""Samplers: token sampling, HFSampler against transformers' generate, seeding, the vLLM extra."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval.samplers import HFSampler, VLLMSampler, make_sampler, sample_next_tokens, sample_seed
+
+
+def test_sample_next_tokens_follows_the_distribution():
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    logits = probs.log().expand(4000, 4)
+    u = (torch.arange(4000, dtype=torch.float64) + 0.5) / 4000  # an even grid of uniforms
+    tok = sample_next_tokens(logits, 1.0, 1.0, u)
+    freq = torch.bincount(tok, minlength=4).double() / 4000
+    assert torch.allclose(freq, probs.double(), atol=1e-3)
+    # top_p = 0.7: the nucleus is {0.4, 0.3} (mass 0.7), renormalised to 4/7 and 3/7
+    tok = sample_next_tokens(logits, 1.0, 0.7, u)
+    freq = torch.bincount(tok, minlength=4).double() / 4000
+    assert freq[0] == 0 and freq[1] == 0
+    assert freq[3].item() == pytest.approx(4 / 7, abs=1e-3) and freq[2].item() == pytest.approx(
+        3 / 7, abs=1e-3
+    )
+    # a tiny top_p keeps the most likely token only; temperature 0 is the argmax
+    assert torch.all(sample_next_tokens(logits, 1.0, 0.01, u) == 3)
+    assert torch.all(sample_next_tokens(logits, 0.0, 1.0, u) == 3)
+    # temperature sharpens: T = 0.5 squares the probabilities (renormalised)
+    tok = sample_next_tokens(logits, 0.5, 1.0, u)
+    sharp = probs.double() ** 2 / (probs.double() ** 2).sum()
+    assert torch.allclose(torch.bincount(tok, minlength=4).double() / 4000, sharp, atol=1e-3)
+
+
+def test_sample_seed_is_stable_and_distinct():
+    assert sample_seed(0, "aime24", "p1", 0) == sample_seed(0, "aime24", "p1", 0)
+    seeds = {
+        sample_seed(s, d, p, j) for s in (0, 1) for d in ("a", "b") for p in ("x", "y") for j in range(4)
+    }
+    assert len(seeds) == 32
+    assert all(0 <= s < 2**63 for s in seeds)
+
+
+@pytest.fixture(scope="module")
+def tiny_sampler(tmp_path_factory) -> HFSampler:
+    from sagerl.models import save_tiny_random_model
+
+    path = save_tiny_random_model(tmp_path_factory.mktemp("tiny-sampler") / "model")
+    sampler = HFSampler(str(path), device="cpu", batch_size=6)
+    # The saved init (std 0.02) makes a degenerate model that repeats one token; larger weights give
+    # context-dependent, varied greedy outputs, so equality with generate() below means something.
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in sampler.model.named_parameters():
+            if "norm" not in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
+    return sampler
+
+
+def _prompts(tok):
+    texts = [
+        "What is 1 + 1?",
+        "Compute the sum of the first ten positive odd integers, and explain each step.",
+    ]
+    return [
+        tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+        for t in texts
+    ]
+
+
+@pytest.mark.parametrize("early_stop", [False, True])
+def test_greedy_matches_transformers_generate_with_left_padding(tiny_sampler, monkeypatch, early_stop):
+    s = tiny_sampler
+    prompts = _prompts(s.tokenizer)
+    if early_stop:
+        # Make the 4th greedy token of prompt 0 an end-of-sequence token: prompt 0 stops and leaves the
+        # batch while prompt 1 goes on (the random model never emits its real EOS).
+        enc0 = s.tokenizer(prompts[:1], return_tensors="pt", add_special_tokens=False)
+        with torch.inference_mode():
+            gen0 = s.model.generate(
+                **enc0,
+                max_new_tokens=4,
+                do_sample=False,
+                eos_token_id=s.eos_ids,
+                pad_token_id=s.tokenizer.pad_token_id,
+            )
+        fourth = int(gen0[0, -1])
+        monkeypatch.setattr(s, "eos_ids", [*s.eos_ids, fourth])
+        assert len(set(gen0[0, -4:].tolist())) == 4  # the model does not just repeat a token
+    outs = s.generate(prompts, 2, max_new_tokens=12, temperature=0.0)
+    if early_stop:
+        assert outs[0][0].finish_reason == "stop" and outs[0][0].num_tokens <= 4
+        assert outs[1][0].num_tokens > outs[0][0].num_tokens
+    assert outs[0][0].text != outs[1][0].text
+    enc = s.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert enc["attention_mask"][0].sum() < enc["attention_mask"][1].sum()  # really padded
+    with torch.inference_mode():
+        ref = s.model.generate(
+            **enc,
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=s.eos_ids,
+            pad_token_id=s.tokenizer.pad_token_id,
+        )
+    plen = enc["input_ids"].shape[1]
+    for i, row in enumerate(outs):
+        assert len(row) == 2 and row[0] == row[1]  # greedy: the n samples are the same
+        gen = ref[i, plen:].tolist()
+        stop = next((j for j, t in enumerate(gen) if t in s.eos_ids), None)
+        kept = gen if stop is None else gen[:stop]
+        assert row[0].text == s.tokenizer.decode(kept, skip_special_tokens=True)
+        assert row[0].num_tokens == (12 if stop is None else stop + 1)
+        assert row[0].finish_reason == ("length" if stop is None else "stop")
+
+
+def test_sampling_is_seeded_per_sample_not_per_batch(tiny_sampler):
+    s = tiny_sampler
+    prompts = _prompts(s.tokenizer)
+    kw = {"max_new_tokens": 10, "temperature": 1.0}
+    # 2 prompts x 4 samples = 8 rows in batches of 6: a prompt's samples are split across batches
+    a = s.generate(prompts, 4, seed=7, **kw)
+    b = s.generate(prompts, 4, seed=7, **kw)
+    assert a == b
+    texts = {c.text for row in a for c in row}
+    assert len(texts) > 4  # a random model at T = 1 gives different samples
+    c = s.generate(prompts, 4, seed=8, **kw)
+    assert c != a
+    # one sample alone, with the seed it had inside the batch, comes out the same
+    alone = s.generate([prompts[1]], 1, sample_seeds=[[sample_seed(7, 1, 3)]], **kw)
+    assert alone[0][0] == a[1][3]
+    for row in a:
+        for comp in row:
+            assert 1 <= comp.num_tokens <= 10 and comp.finish_reason in ("stop", "length")
+            assert (comp.num_tokens == 10) or comp.finish_reason == "stop"
+
+
+def test_variable_counts_and_validation(tiny_sampler):
+    s = tiny_sampler
+    prompts = _prompts(s.tokenizer)
+    outs = s.generate(prompts, [3, 0], max_new_tokens=4, seed=1)
+    assert [len(r) for r in outs] == [3, 0]
+    with pytest.raises(ConfigError):
+        s.generate(prompts, 1, max_new_tokens=0)
+    with pytest.raises(ConfigError):
+        s.generate(prompts, 1, max_new_tokens=4, top_p=1.5)
+    with pytest.raises(ValueError):
+        s.generate(prompts, 1, max_new_tokens=4, sample_seeds=[[1, 2], [3]])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_vllm_backend_without_vllm_says_how_to_install():
+    with pytest.raises(SagerlError, match=r"pip install sagerl\[vllm\]"):
+        VLLMSampler("any-model")
+    with pytest.raises(SagerlError, match=r"pip install sagerl\[vllm\]"):
+        make_sampler("vllm", None)
+
+
+def test_unknown_backend():
+    with pytest.raises(ConfigError, match="backend"):
+        make_sampler("tgi", None)
