@@ -43,6 +43,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "bf16": False,
     "dataloader_num_workers": 0,
+    "gradient_checkpointing": False,  # TRL defaults to True, which also disables the KV cache in generation
 }
 # Keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {"max_steps", "save_steps", "logging_steps", "report_to", "save_total_limit"}
@@ -95,9 +96,17 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"unknown config key {key!r}{hint}")
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else None
+            value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
-            out[key] = raw
+            value = raw
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string; researchers mean a number
+            for number in (int, float):
+                try:
+                    value = number(value)
+                    break
+                except ValueError:
+                    pass
+        out[key] = value
     return out
 
 
