@@ -44,7 +44,7 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
     from sagerl.models import load_tokenizer, resolve_model
     from sagerl.train import SAGEConfig, SAGETrainer
     from sagerl.train.rewards import CorrectnessReward
-    from sagerl.train.run import build_dataset, RunSettings
+    from sagerl.train.run import RunSettings, build_dataset
 
     torch.manual_seed(0)
     path = resolve_model(model)
