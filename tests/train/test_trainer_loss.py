@@ -34,7 +34,8 @@ class RecordingReward:
     def __call__(self, completions, completion_ids, **kwargs):
         rewards = [float(sum(ids) % 3 == 0) for ids in completion_ids]
         # make the second group constant so that dynamic sampling has something to drop
-        rewards[GROUP : 2 * GROUP] = [1.0] * GROUP
+        if len(rewards) >= 2 * GROUP:
+            rewards[GROUP : 2 * GROUP] = [1.0] * GROUP
         self.calls.append(rewards)
         return rewards
 
@@ -194,3 +195,39 @@ def test_plain_grpo_config_gives_trl_grpo(tiny_model, tmp_path):
         inputs = rollout(trainer)
         losses.append(trainer.compute_loss(trainer.model, inputs).detach())
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-7)
+
+
+def test_lora_through_peft_trains_with_the_branch_guide(tiny_model, tmp_path):
+    """PEFT: the reference is the base model with the adapter switched off (no reference copy)."""
+    from peft import LoraConfig
+
+    args = SAGEConfig(
+        output_dir=str(tmp_path / "lora"),
+        per_device_train_batch_size=GROUP,
+        num_generations=GROUP,
+        max_completion_length=6,
+        beta=0.05,
+        guide="branch",
+        tau=2.8,
+        report_to="none",
+        seed=0,
+        bf16=False,
+        max_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        logging_steps=1,
+    )
+    dataset = Dataset.from_dict({"prompt": ["What is 2 + 3?"] * 2, "answer": ["5"] * 2})
+    trainer = SAGETrainer(
+        model=str(tiny_model),
+        reward_funcs=[RecordingReward()],
+        args=args,
+        train_dataset=dataset,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    assert trainer.ref_model is None
+    before = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the adapter learned
+    assert trainer.state.log_history[0]["kl"] >= 0.0
