@@ -176,6 +176,15 @@ def test_refuses_to_mix_sampling_settings(toy, tmp_path, change):
         run(toy, out, FakeSampler(), n=2, **change)
 
 
+def test_settings_may_change_while_no_sample_was_written(toy, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run(toy, out, FakeSampler(fail_after=0), n=2)  # e.g. a failed start: config written, no samples
+    res = run(toy, out, FakeSampler(), n=2, temperature=0.5)
+    assert res["meta"]["temperature"] == 0.5
+    assert json.loads((out / "eval_config.json").read_text())["settings"]["temperature"] == 0.5
+
+
 def test_refuses_other_model(toy, tmp_path):
     out = tmp_path / "run"
     run(toy, out, FakeSampler(), n=2)

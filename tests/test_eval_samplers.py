@@ -34,6 +34,18 @@ def test_sample_next_tokens_follows_the_distribution():
     assert torch.allclose(torch.bincount(tok, minlength=4).double() / 4000, sharp, atol=1e-3)
 
 
+def test_top_p_partial_sort_equals_full_sort(monkeypatch):
+    from sagerl.eval import samplers
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(12, 5000, generator=gen) * 6
+    logits[:5] *= 0.05  # flat rows: their nucleus is wider than the top-k candidates
+    u = torch.rand(12, generator=gen, dtype=torch.float64)
+    fast = sample_next_tokens(logits, 0.9, 0.95, u)
+    monkeypatch.setattr(samplers, "_TOP_P_CANDIDATES", 5000)
+    assert torch.equal(fast, sample_next_tokens(logits, 0.9, 0.95, u))
+
+
 def test_sample_seed_is_stable_and_distinct():
     assert sample_seed(0, "aime24", "p1", 0) == sample_seed(0, "aime24", "p1", 0)
     seeds = {
@@ -160,3 +172,55 @@ def test_vllm_backend_without_vllm_says_how_to_install():
 def test_unknown_backend():
     with pytest.raises(ConfigError, match="backend"):
         make_sampler("tgi", None)
+
+
+def test_vllm_sampler_request_plumbing_with_a_fake_vllm(monkeypatch):
+    """Not vLLM itself (not installed here): checks requests, seeds, ordering and greedy reuse."""
+    import sys
+    import types
+
+    import sagerl.models
+
+    seen = {}
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class LLM:
+        def __init__(self, **kw):
+            seen["llm"] = kw
+
+        def generate(self, requests, params, use_tqdm=True):
+            seen["requests"], seen["params"] = requests, params
+            outs = []
+            for req, p in zip(requests, params, strict=True):
+                ids = req["prompt_token_ids"]
+                out = types.SimpleNamespace(
+                    text=f"p{ids[0]}-s{p.seed}", token_ids=[1, 2, 3], finish_reason="length"
+                )
+                outs.append(types.SimpleNamespace(outputs=[out]))
+            return outs
+
+    class Tok:
+        chat_template = "yes"
+
+        def __call__(self, text, add_special_tokens=True):
+            seen["add_special_tokens"] = add_special_tokens
+            return {"input_ids": [len(text)]}
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    monkeypatch.setattr(sagerl.models, "load_tokenizer", lambda m: Tok())
+    monkeypatch.setattr(sagerl.models, "resolve_model", lambda m: "/models/x")
+    s = make_sampler("vllm", "x", seed=5)
+    assert seen["llm"]["model"] == "/models/x" and seen["llm"]["seed"] == 5
+    outs = s.generate(
+        ["a", "bbb"], [2, 1], max_new_tokens=9, temperature=0.7, top_p=0.9, sample_seeds=[[11, 12], [13]]
+    )
+    assert [[c.text for c in row] for row in outs] == [["p1-s11", "p1-s12"], ["p3-s13"]]
+    assert outs[0][0].num_tokens == 3 and outs[0][0].finish_reason == "length"
+    p = seen["params"][0]
+    assert (p.n, p.temperature, p.top_p, p.max_tokens) == (1, 0.7, 0.9, 9)
+    assert seen["add_special_tokens"] is False  # the chat template brings its own special tokens
+    greedy = s.generate(["a", "bbb"], 3, max_new_tokens=4, temperature=0.0)
+    assert len(seen["requests"]) == 2 and [len(r) for r in greedy] == [3, 3]

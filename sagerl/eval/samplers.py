@@ -129,16 +129,36 @@ def sample_next_tokens(logits, temperature: float, top_p: float, uniforms):
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     u = uniforms.to(device=probs.device, dtype=torch.float64).unsqueeze(-1)  # (R, 1)
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        cum = sorted_p.cumsum(dim=-1)
-        # drop a token when the mass strictly before it already reaches top_p (the first is always kept)
-        sorted_p = sorted_p.masked_fill(cum - sorted_p >= top_p, 0.0)
-        cdf = sorted_p.cumsum(dim=-1)
-        pos = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
-        return order.gather(-1, pos).squeeze(-1)
+        # The nucleus almost always lies in the top few hundred tokens: a partial sort (topk) is ~15x cheaper
+        # than sorting the vocabulary; rows whose top-k mass falls short of top_p get the full sort.
+        k0 = min(probs.shape[-1], _TOP_P_CANDIDATES)
+        sorted_p, order = probs.topk(k0, dim=-1)
+        short = sorted_p.sum(dim=-1) < top_p
+        if bool(short.any()):
+            full_p, full_order = probs[short].sort(dim=-1, descending=True)
+            out = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+            out[~short] = _nucleus_draw(sorted_p[~short], order[~short], top_p, u[~short])
+            out[short] = _nucleus_draw(full_p, full_order, top_p, u[short])
+            return out
+        return _nucleus_draw(sorted_p, order, top_p, u)
     cdf = probs.cumsum(dim=-1)
     pos = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
     return pos.squeeze(-1)
+
+
+_TOP_P_CANDIDATES = 256
+
+
+def _nucleus_draw(sorted_p, order, top_p: float, u):
+    """Inverse-CDF draw within the top-p nucleus of descending probabilities ``sorted_p`` (R, K)."""
+    import torch
+
+    cum = sorted_p.cumsum(dim=-1)
+    # drop a token when the mass strictly before it already reaches top_p (the first is always kept)
+    kept = sorted_p.masked_fill(cum - sorted_p >= top_p, 0.0)
+    cdf = kept.cumsum(dim=-1)
+    pos = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
+    return order.gather(-1, pos).squeeze(-1)
 
 
 def default_batch_size(device: str) -> int:
@@ -365,7 +385,8 @@ class VLLMSampler(Sampler):
 
     Each sample is its own request (``n=1``) carrying its own seed, so samples are reproducible one by one
     and a resumed run matches an uninterrupted one; vLLM's prefix caching shares the prompt's prefill
-    between the n requests of a prompt. Prompts are passed as text (the chat template is already applied).
+    between the n requests of a prompt. Prompts are passed as token ids (``{"prompt_token_ids": [...]}``),
+    tokenised as :class:`HFSampler` does, so a chat template's BOS is not doubled.
 
     Args:
         model: a path or hub id, or None for the embedded model (converted to a local HF folder).
@@ -413,14 +434,20 @@ class VLLMSampler(Sampler):
         seed: int = 0,
         sample_seeds: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Completion]]:
-        """See :meth:`Sampler.generate`."""
+        """See :meth:`Sampler.generate`. Temperature 0 sends one request per prompt and repeats it."""
         _validate_sampling(max_new_tokens, temperature, top_p)
         seeds = _normalise_requests(prompts, n, seed, sample_seeds)
-        flat_prompts, flat_params, owners = [], [], []
+        greedy = temperature <= 0
+        # Token ids, tokenised like HFSampler does (no second BOS in front of a chat template's own).
+        add_special = not getattr(self.tokenizer, "chat_template", None)
+        requests, params, owners = [], [], []
         for i, row in enumerate(seeds):
-            for s in row:
-                flat_prompts.append(prompts[i])
-                flat_params.append(
+            ids = None
+            for s in row[:1] if greedy else row:
+                if ids is None:
+                    ids = self.tokenizer(prompts[i], add_special_tokens=add_special)["input_ids"]
+                requests.append({"prompt_token_ids": list(ids)})
+                params.append(
                     self._vllm.SamplingParams(
                         n=1,
                         temperature=float(temperature),
@@ -432,13 +459,14 @@ class VLLMSampler(Sampler):
                 )
                 owners.append(i)
         results: list[list[Completion]] = [[] for _ in prompts]
-        if not flat_prompts:
+        if not requests:
             return results
-        outputs = self.llm.generate(flat_prompts, flat_params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         for i, req in zip(owners, outputs, strict=True):
             out = req.outputs[0]
             reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
-            results[i].append(Completion(out.text, len(out.token_ids), reason))
+            comp = Completion(out.text, len(out.token_ids), reason)
+            results[i].extend([comp] * len(seeds[i]) if greedy else [comp])
         return results
 
 

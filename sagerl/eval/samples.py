@@ -141,11 +141,16 @@ def check_or_write_config(out: str | Path, settings: Mapping[str, Any], extra: M
 
     Raises:
         SagerlError: the folder holds samples of different settings, or samples without a config file.
+            (A config without samples is simply replaced.)
     """
     out = Path(out)
     cfg_path = out / CONFIG_FILE
     settings = {k: settings[k] for k in SETTINGS_KEYS}
-    if cfg_path.exists():
+    samples = out / SAMPLES_FILE
+    has_samples = samples.exists() and samples.stat().st_size > 0
+    # Without samples there is nothing to mix up: a run that failed before sampling (a mistyped model, say)
+    # may be rerun with other settings.
+    if cfg_path.exists() and has_samples:
         try:
             stored = json.loads(cfg_path.read_text(encoding="utf-8"))
         except ValueError as exc:
@@ -158,7 +163,7 @@ def check_or_write_config(out: str | Path, settings: Mapping[str, Any], extra: M
                 "use another --out or the same settings"
             )
         return stored
-    if (out / SAMPLES_FILE).exists() and (out / SAMPLES_FILE).stat().st_size > 0:
+    if has_samples:
         raise SagerlError(f"{out / SAMPLES_FILE} exists but {CONFIG_FILE} does not; use another --out")
     stored = {"settings": settings, **extra}
     write_json_atomic(cfg_path, stored)
