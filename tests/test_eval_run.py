@@ -104,6 +104,10 @@ def test_evaluate_values_and_outputs(toy, tmp_path):
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["datasets"]["toy"]["pass@8"] == pytest.approx(entry["pass@8"])
     assert (out / "passk.png").stat().st_size > 1000
+    from sagerl.eval.samples import default_file_mode
+
+    for name in ("results.json", "passk.png", "eval_config.json"):  # atomic writes keep normal permissions
+        assert (out / name).stat().st_mode & 0o777 == default_file_mode()
     lines = (out / SAMPLES_FILE).read_text().splitlines()
     assert len(lines) == 24
     rec = json.loads(lines[0])

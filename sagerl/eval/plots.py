@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.eval.results import pass_at_k_points
+from sagerl.eval.samples import default_file_mode
 
 
 def _pyplot():
@@ -27,6 +28,7 @@ def _save(fig, path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, default_file_mode())
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
         os.replace(tmp, path)
     finally:

@@ -39,12 +39,20 @@ def sample_key(record: Mapping[str, Any]) -> SampleKey:
     return (str(record["dataset"]), str(record["problem_id"]), int(record["sample_index"]))
 
 
+def default_file_mode() -> int:
+    """The mode a plainly created file gets (0o666 minus the umask); ``mkstemp`` alone gives 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` through a temporary file and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, default_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=2, ensure_ascii=False)
             f.write("\n")
