@@ -1,0 +1,334 @@
+"""Answer verification with math-verify, under a per-answer time limit, from any thread.
+
+math-verify (https://github.com/huggingface/Math-Verify) parses both answers into SymPy and compares them
+(string, numeric and symbolic equality, sets, intervals, matrices...). Its own time limits use
+``signal.alarm``: whole seconds, main thread only, and they cancel any alarm the caller had armed (such as
+pytest-timeout's). sagerl therefore turns them off and keeps one deadline per answer itself:
+
+- In the main thread, a ``SIGALRM`` interval timer (``signal.setitimer``, fractional seconds) interrupts
+  parsing and comparison once ``timeout`` seconds have passed, and keeps firing every 50 ms until the
+  comparison has unwound, so code that catches the first interruption cannot run on. The caller's own
+  ``SIGALRM`` handler and timer are restored afterwards, with the time spent here deducted. A signal only
+  interrupts Python code: a single C call that runs long (a huge integer power inside CPython) finishes
+  before the interruption lands.
+- In any other thread (signals cannot be used there), the comparison runs in a helper process
+  (``python -c "from sagerl.grading.verify import serve_worker; serve_worker()"``), started on first use
+  and kept for later calls. It applies the same deadline in its own main thread; if it has not answered
+  ``timeout + 0.5`` seconds after the request, it is killed (so C calls cannot hang the caller either) and
+  a new one starts on the next call. Calls from threads share that one process and so run one at a time.
+  Starting it (importing math-verify and SymPy, 1-3 s) is not counted in the per-answer limit. POSIX only.
+
+A comparison that runs out of time counts as incorrect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from sagerl.grading.answers import extract_answer
+from sagerl.grading.knights import kk_extract, kk_is_correct
+
+__all__ = ["answers_match", "grade", "is_correct", "serve_worker"]
+
+_T = TypeVar("_T")
+_RETRIGGER_S = 0.05
+_WORKER_GRACE_S = 0.5
+_WORKER_START_TIMEOUT_S = 120.0
+
+
+class _Deadline(BaseException):
+    """Raised by the SIGALRM handler. A BaseException, so ``except Exception`` in libraries lets it pass."""
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math-verify warns once that its own timeouts are off; here that is intended."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+_quiet = _DropTimeoutDisabledWarning()
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_quiet)
+
+
+def _wrap(answer: str) -> str:
+    return "\\boxed{" + answer + "}"
+
+
+def _math_equal(pred: str, gold: str) -> bool:
+    """math-verify equality of two bare answers, with its own timeouts off (the caller bounds the time)."""
+    from math_verify import parse, verify
+
+    gold_parsed = parse(_wrap(gold), parsing_timeout=None)  # type: ignore[arg-type]
+    pred_parsed = parse(_wrap(pred), parsing_timeout=None)  # type: ignore[arg-type]
+    if not gold_parsed or not pred_parsed:
+        return False
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def _can_use_signals() -> bool:
+    """Main thread, POSIX timers, and a SIGALRM handler we can restore (None: one not set from Python)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return False
+    return signal.getsignal(signal.SIGALRM) is not None
+
+
+def _call_with_deadline(fn: Callable[[], _T], seconds: float) -> tuple[bool, _T | None]:
+    """Run ``fn()`` in the main thread, interrupted after ``seconds``: (finished in time, its result).
+
+    The caller's SIGALRM handler and interval timer are restored; a timer of the caller's that was due
+    earlier than ours shortens our deadline, and fires right after we return.
+    """
+    state = {"armed": False}
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if state["armed"]:
+            raise _Deadline
+        # not armed: the caller's own timer fired while we were swapping handlers; it is re-armed below
+
+    old_delay, old_interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
+    old_handler = signal.getsignal(signal.SIGALRM)
+    signal.signal(signal.SIGALRM, on_alarm)
+    finished, result = False, None
+    try:
+        try:
+            delay = seconds if old_delay <= 0 else min(seconds, old_delay - (time.monotonic() - started))
+            state["armed"] = True
+            signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6), _RETRIGGER_S)
+            result = fn()
+            finished = True
+        finally:
+            _disarm(state)
+    except _Deadline:
+        _disarm(state)
+    finally:
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay > 0:
+            remaining = old_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(remaining, 1e-6), old_interval)
+    return finished, result
+
+
+def _disarm(state: dict[str, bool]) -> None:
+    """Stop our timer. An alarm already on its way may still interrupt once: catch it and retry."""
+    while True:
+        try:
+            state["armed"] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        except _Deadline:
+            continue
+
+
+def _compare_in_this_thread(pred: str, gold: str, timeout: float) -> bool:
+    finished, result = _call_with_deadline(lambda: _math_equal(pred, gold), timeout)
+    return bool(finished and result)
+
+
+class _VerifyWorker:
+    """One helper process that compares answers for callers outside the main thread (see module doc)."""
+
+    def __init__(self, command: list[str] | None = None) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        self._command = command or [
+            sys.executable,
+            "-c",
+            "from sagerl.grading.verify import serve_worker; serve_worker()",
+        ]
+        self._env = dict(os.environ)
+        self._env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, os.environ.get("PYTHONPATH")) if p
+        )
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner_pid = 0
+        self._buffer = b""
+
+    def compare(self, pred: str, gold: str, timeout: float) -> bool:
+        """True when ``pred`` equals ``gold``; False when not, or when no answer came within the limit."""
+        with self._lock:
+            proc = self._ensure_started()
+            request = json.dumps({"pred": pred, "gold": gold, "timeout": timeout}) + "\n"
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(request.encode())
+                proc.stdin.flush()
+            except OSError:
+                self._stop()
+                return False
+            line = self._read_line(timeout + _WORKER_GRACE_S)
+            if line is None:
+                self._stop()
+                return False
+            try:
+                return bool(json.loads(line)["equal"])
+            except (ValueError, KeyError, TypeError):
+                self._stop()
+                return False
+
+    def close(self) -> None:
+        """Stop the helper process, if any (a later call starts a new one)."""
+        with self._lock:
+            self._stop()
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._owner_pid == os.getpid() and self._proc.poll() is None:
+            return self._proc
+        if self._owner_pid != os.getpid():
+            self._proc = None  # inherited through fork: that process belongs to the parent
+        else:
+            self._stop()
+        try:
+            self._proc = subprocess.Popen(
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env, bufsize=0
+            )
+        except OSError as exc:
+            raise RuntimeError(f"cannot start the answer-verification helper process: {exc}") from exc
+        self._owner_pid = os.getpid()
+        self._buffer = b""
+        ready = self._read_line(_WORKER_START_TIMEOUT_S)
+        try:
+            started = ready is not None and json.loads(ready) == {"ready": True}
+        except ValueError:
+            started = False
+        if not started:
+            self._stop()
+            raise RuntimeError(
+                f"the answer-verification helper process ({' '.join(self._command)}) did not report ready "
+                f"within {_WORKER_START_TIMEOUT_S:.0f} s"
+            )
+        assert self._proc is not None
+        return self._proc
+
+    def _read_line(self, seconds: float) -> bytes | None:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + seconds
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the process died
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        self._buffer = b""
+        if proc is None or self._owner_pid != os.getpid():
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+_WORKER = _VerifyWorker()
+atexit.register(_WORKER.close)
+
+
+def serve_worker() -> None:
+    """Main loop of the helper process: one JSON request per stdin line, one JSON answer per stdout line.
+
+    Not for direct use. Exits at the end of stdin (the parent closed it, or died). SIGINT is ignored, so
+    Ctrl-C in a terminal stops the parent, not the helper that is half-way through an answer.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout = sys.stderr  # library prints must not corrupt the protocol
+    import math_verify  # noqa: F401  (import before answering "ready", so the first request is not slower)
+
+    out.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            equal = _compare_in_this_thread(
+                str(request["pred"]), str(request["gold"]), float(request["timeout"])
+            )
+        except Exception:
+            equal = False
+        out.write(json.dumps({"equal": equal}) + "\n")
+
+
+def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
+    """True when the extracted answer ``pred`` is mathematically equal to the reference ``gold``.
+
+    Both are bare answers, as they would stand inside ``\\boxed{}``; each is wrapped in ``\\boxed{}`` and
+    parsed with ``math_verify.parse``, then compared with ``math_verify.verify(gold, pred)`` (default
+    precision: floats rounded to 6 digits). Identical strings match without parsing.
+
+    Args:
+        timeout: seconds allowed for the comparison; once spent, the answer counts as incorrect (see the
+            module docstring for how this holds in the main thread and in other threads).
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+        RuntimeError: outside the main thread only, when the helper process cannot be started.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if pred.strip() == gold.strip():
+        return bool(pred.strip())
+    if _can_use_signals():
+        return _compare_in_this_thread(pred, gold, timeout)
+    return _WORKER.compare(pred, gold, timeout)
+
+
+def is_correct(
+    completion: str, answer: str, *, fallback_to_last_number: bool = False, timeout: float = 5.0
+) -> bool:
+    """True when the final answer of ``completion`` equals ``answer`` (math-verify, bounded by ``timeout`` s).
+
+    The final answer is :func:`sagerl.grading.extract_answer` of the completion: its last complete
+    ``\\boxed{}``, else (only when ``fallback_to_last_number``) its last number. No answer: False. Model text
+    never makes this raise; a pathological answer returns False after about ``timeout`` seconds.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+    """
+    pred = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
+    if pred is None:
+        return False
+    return answers_match(pred, answer, timeout=timeout)
+
+
+def grade(
+    completion: str, answer: str, kind: str = "math", *, fallback_to_last_number: bool = False
+) -> tuple[str | None, bool]:
+    """Grade one completion: (the answer read from it, or None; whether it is correct).
+
+    ``kind="math"``: :func:`is_correct` with its default 5 s limit; the answer read is
+    :func:`~sagerl.grading.extract_answer`. ``kind="kk"``: :func:`~sagerl.grading.kk_is_correct`; the answer
+    read is the roles the final answer states, written as "Name is a knight, Name is a knave".
+
+    Raises:
+        ValueError: ``kind`` is neither "math" nor "kk".
+    """
+    if kind == "math":
+        pred = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
+        return pred, pred is not None and answers_match(pred, answer)
+    if kind == "kk":
+        return kk_extract(completion, answer), kk_is_correct(completion, answer)
+    raise ValueError(f"unknown grading kind {kind!r}: expected 'math' or 'kk'")

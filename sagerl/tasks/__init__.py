@@ -1,0 +1,46 @@
+"""Tasks: problems, named datasets (local JSONL or the hub), prompts, and the built-in arithmetic task.
+
+- :mod:`sagerl.tasks.problem`: :class:`Problem`.
+- :mod:`sagerl.tasks.datasets`: the registry :data:`DATASETS`, :func:`load_problems`, :func:`read_jsonl`.
+- :mod:`sagerl.tasks.arithmetic`: :func:`make_arithmetic_problems`.
+- :mod:`sagerl.tasks.prompts`: :func:`build_messages`, :func:`render_prompt`, worked examples.
+"""
+
+from sagerl.tasks.arithmetic import make_arithmetic_problems
+from sagerl.tasks.datasets import (
+    DATASETS,
+    DatasetSpec,
+    HubSource,
+    default_few_shot,
+    load_problems,
+    parse_names,
+    read_jsonl,
+)
+from sagerl.tasks.problem import KINDS, Problem
+from sagerl.tasks.prompts import (
+    ARITHMETIC_EXAMPLES,
+    KK_EXAMPLES,
+    KK_PROMPT_SUFFIX,
+    PROMPT_SUFFIX,
+    build_messages,
+    render_prompt,
+)
+
+__all__ = [
+    "ARITHMETIC_EXAMPLES",
+    "DATASETS",
+    "KINDS",
+    "KK_EXAMPLES",
+    "KK_PROMPT_SUFFIX",
+    "PROMPT_SUFFIX",
+    "DatasetSpec",
+    "HubSource",
+    "Problem",
+    "build_messages",
+    "default_few_shot",
+    "load_problems",
+    "make_arithmetic_problems",
+    "parse_names",
+    "read_jsonl",
+    "render_prompt",
+]

@@ -1,0 +1,433 @@
+"""Datasets: the registry of named sets, and loading from a JSONL file, a data folder or the Hugging Face hub.
+
+Named sets (:data:`DATASETS`): evaluation sets ``math500``, ``aime24``, ``aime25``, ``amc23``, ``gsm8k``,
+``kk``, ``arith``; training sets ``gsm8k_train``, ``math_train``, ``math_lvl3to5``, ``kk_train``,
+``arith_train``. Files follow the data README: one JSON object per line with ``id``, ``problem`` and
+``answer`` (other fields go to :attr:`Problem.meta`).
+
+The hub sources recorded here (:class:`HubSource`) are plausible mappings from the public dataset cards;
+they are untested, because the machine this was written on has no access to the hub. Local files are the
+tested path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sagerl.errors import DataError
+from sagerl.grading import extract_boxed
+from sagerl.tasks.arithmetic import make_arithmetic_problems
+from sagerl.tasks.problem import KINDS, Problem
+
+__all__ = [
+    "ARITH_EVAL_SEED",
+    "ARITH_TRAIN_SEED",
+    "DATASETS",
+    "DatasetSpec",
+    "HubSource",
+    "default_few_shot",
+    "load_problems",
+    "parse_names",
+    "read_jsonl",
+]
+
+DATA_DIR_ENV = "SAGERL_DATA_DIR"
+ARITH_EVAL_SEED = 20_240_601
+ARITH_TRAIN_SEED = 7
+ARITH_EVAL_SIZE = 500
+ARITH_TRAIN_SIZE = 20_000
+ARITH_LEVELS = (1, 2)
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a named set lives on the Hugging Face hub, and how its columns map to a :class:`Problem`.
+
+    Attributes:
+        path, config, data_files: arguments of ``datasets.load_dataset``.
+        splits: splits to load and concatenate, in order.
+        problem, answer, id: column names (``id=None``: ids are ``"<set>-<split>-<row>"``).
+        answer_from: "field" (the column as is; a float such as ``27.0`` becomes ``"27"``), "after_hashes"
+            (the text after ``####``, thousands commas removed: GSM8K), or "last_boxed" (the last
+            ``\\boxed{}`` of a worked solution: MATH).
+    """
+
+    path: str
+    splits: tuple[str, ...] = ("test",)
+    problem: str = "problem"
+    answer: str = "answer"
+    id: str | None = None
+    config: str | None = None
+    data_files: str | None = None
+    answer_from: str = "field"
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A named set: its local file name, hub source, grading kind and purpose.
+
+    Attributes:
+        file: the file name looked up in the data folders (None for generated sets).
+        generate: for generated sets, a function ``n -> problems`` (the first ``n``).
+        size: number of problems of a generated set.
+        few_shot: worked examples its prompts use by default (see :func:`default_few_shot`).
+        train: True for training sets.
+    """
+
+    name: str
+    file: str | None
+    hub: HubSource | None = None
+    kind: str = "math"
+    train: bool = False
+    few_shot: int = 0
+    size: int | None = None
+    generate: Callable[[int], list[Problem]] | None = field(default=None, compare=False)
+
+
+def _arith(seed: int, split: str, name: str) -> Callable[[int], list[Problem]]:
+    def generate(n: int) -> list[Problem]:
+        problems = make_arithmetic_problems(n, seed=seed, levels=ARITH_LEVELS, split=split)
+        return [replace(p, dataset=name) for p in problems]
+
+    return generate
+
+
+_KK_SPLITS = ("3ppl", "4ppl", "5ppl", "6ppl", "7ppl")
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("math500", "math500.jsonl", HubSource("HuggingFaceH4/MATH-500", id="unique_id")),
+        DatasetSpec(
+            "aime24", "aime24.jsonl", HubSource("HuggingFaceH4/aime_2024", splits=("train",), id="id")
+        ),
+        DatasetSpec(
+            "aime25", "aime25.jsonl", HubSource("MathArena/aime_2025", splits=("train",), id="problem_idx")
+        ),
+        DatasetSpec("amc23", "amc23.jsonl", HubSource("math-ai/amc23", problem="question", id="id")),
+        DatasetSpec(
+            "gsm8k",
+            "gsm8k_test.jsonl",
+            HubSource("openai/gsm8k", config="main", problem="question", answer_from="after_hashes"),
+        ),
+        DatasetSpec(
+            "kk",
+            "kk_test.jsonl",
+            HubSource(
+                "K-and-K/knights-and-knaves",
+                config="test",
+                splits=_KK_SPLITS,
+                problem="quiz",
+                answer="solution_text",
+            ),
+            kind="kk",
+        ),
+        DatasetSpec(
+            "arith",
+            None,
+            few_shot=4,
+            size=ARITH_EVAL_SIZE,
+            generate=_arith(ARITH_EVAL_SEED, "eval", "arith"),
+        ),
+        DatasetSpec(
+            "gsm8k_train",
+            "gsm8k_train.jsonl",
+            HubSource(
+                "openai/gsm8k",
+                config="main",
+                splits=("train",),
+                problem="question",
+                answer_from="after_hashes",
+            ),
+            train=True,
+        ),
+        DatasetSpec(
+            "math_train",
+            "math_train.jsonl",
+            HubSource(
+                "DigitalLearningGmbH/MATH-lighteval",
+                splits=("train",),
+                answer="solution",
+                answer_from="last_boxed",
+            ),
+            train=True,
+        ),
+        DatasetSpec(
+            "math_lvl3to5",
+            "math_train_lvl3to5.jsonl",
+            HubSource(
+                "hkust-nlp/SimpleRL-Zoo-Data",
+                splits=("train",),
+                problem="question",
+                data_files="simplelr_qwen_level3to5/train.parquet",
+            ),
+            train=True,
+        ),
+        DatasetSpec(
+            "kk_train",
+            "kk_train.jsonl",
+            HubSource(
+                "K-and-K/knights-and-knaves",
+                config="train",
+                splits=_KK_SPLITS,
+                problem="quiz",
+                answer="solution_text",
+            ),
+            kind="kk",
+            train=True,
+        ),
+        DatasetSpec(
+            "arith_train",
+            None,
+            train=True,
+            few_shot=4,
+            size=ARITH_TRAIN_SIZE,
+            generate=_arith(ARITH_TRAIN_SEED, "train", "arith_train"),
+        ),
+    )
+}
+"""Named sets. ``arith`` (500 problems, levels 1-2, held-out expressions) and ``arith_train`` (20,000,
+training expressions only) are generated by :func:`~sagerl.tasks.make_arithmetic_problems` with seeds
+:data:`ARITH_EVAL_SEED` and :data:`ARITH_TRAIN_SEED`; the others are files or hub datasets."""
+
+
+def default_few_shot(dataset: str) -> int:
+    """Worked examples a set's prompts use by default: 4 for the arithmetic sets, 0 for others and for paths."""
+    spec = DATASETS.get(dataset)
+    return spec.few_shot if spec is not None else 0
+
+
+def parse_names(names: Iterable[str]) -> list[str]:
+    """Split comma-separated lists (``["aime24,amc23", "math500"]``) into names, without blanks or repeats."""
+    out: list[str] = []
+    for item in names:
+        for name in item.split(","):
+            name = name.strip()
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+def _offline_variable() -> str | None:
+    """The variable that puts the hub offline ("HF_HUB_OFFLINE" or "HF_DATASETS_OFFLINE"), or None."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return var
+    return None
+
+
+def _search_dirs(data_dir: str | os.PathLike[str] | None) -> list[Path]:
+    dirs: list[Path] = []
+    for candidate in (data_dir, os.environ.get(DATA_DIR_ENV) or None):
+        if candidate is not None and Path(candidate) not in dirs:
+            dirs.append(Path(candidate))
+    return dirs
+
+
+def _scalar_text(value: Any) -> str | None:
+    """A JSON string or number as answer text (``27.0`` -> ``"27"``); None for other types."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def _field_text(row: dict[str, Any], name: str, where: str) -> str:
+    if name not in row:
+        raise DataError(f"{where}: field '{name}' is missing")
+    text = _scalar_text(row[name])
+    if text is None:
+        raise DataError(f"{where}: field '{name}' must be a string, got {type(row[name]).__name__}")
+    if not text.strip():
+        raise DataError(f"{where}: field '{name}' is empty")
+    return text
+
+
+def read_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    dataset: str | None = None,
+    kind: str | None = None,
+    limit: int | None = None,
+    problem_field: str = "problem",
+    answer_field: str = "answer",
+    id_field: str = "id",
+) -> list[Problem]:
+    """Problems of one JSON Lines file (UTF-8, one object per line; blank lines are skipped).
+
+    A row without ``id_field`` gets the id ``"<file stem>-<line number>"``. The answer is stripped of
+    surrounding white space; a numeric answer becomes its text (``27.0`` -> ``"27"``). A row may set its
+    grader with a ``kind`` field ("math" or "kk"); otherwise ``kind``, whose default is "kk" for a file
+    whose stem starts with "kk" and "math" for any other. Reading stops after ``limit`` problems.
+
+    Args:
+        dataset: the :attr:`Problem.dataset` of every row; default: the file stem.
+
+    Raises:
+        DataError: one line, "<file>:<line>: <what is wrong with which field>": text that is not UTF-8 or
+            not JSON, a row that is not an object, a problem or answer that is missing, empty or not text,
+            an id that is empty or repeats an earlier one, an unknown kind.
+    """
+    path = Path(path)
+    stem = path.stem
+    dataset = dataset or stem
+    default_kind = kind or ("kk" if stem.startswith("kk") else "math")
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+    with handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if limit is not None and len(problems) >= limit:
+                break
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{where}: not UTF-8 text (byte {exc.start + 1})") from exc
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: invalid JSON ({exc.msg}, column {exc.colno})") from exc
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: the row is a JSON {type(row).__name__}, expected an object")
+            text = _field_text(row, problem_field, where)
+            answer = _field_text(row, answer_field, where).strip()
+            pid = _field_text(row, id_field, where) if id_field in row else f"{stem}-{lineno}"
+            if pid in seen:
+                raise DataError(f"{where}: field '{id_field}' repeats id {pid!r} of line {seen[pid]}")
+            seen[pid] = lineno
+            row_kind = row.get("kind", default_kind)
+            if row_kind not in KINDS:
+                raise DataError(f"{where}: field 'kind' must be one of {KINDS}, got {row_kind!r}")
+            meta = {k: v for k, v in row.items() if k not in (problem_field, answer_field, id_field, "kind")}
+            problems.append(Problem(pid, text, answer, dataset, row_kind, meta))
+    return problems
+
+
+def _hub_answer(value: Any, how: str) -> str | None:
+    text = _scalar_text(value)
+    if text is None:
+        return None
+    if how == "after_hashes":
+        _, sep, tail = text.rpartition("####")
+        return tail.strip().replace(",", "") if sep else None
+    if how == "last_boxed":
+        return extract_boxed(text)
+    return text.strip()
+
+
+def _load_hub(spec: DatasetSpec, limit: int | None) -> list[Problem]:
+    """Load a named set from the hub with ``datasets.load_dataset``. Raises whatever the hub client raises."""
+    from datasets import load_dataset
+
+    hub = spec.hub
+    assert hub is not None
+    problems: list[Problem] = []
+    for split in hub.splits:
+        rows = load_dataset(hub.path, hub.config, split=split, data_files=hub.data_files)
+        for index, row in enumerate(rows):
+            if limit is not None and len(problems) >= limit:
+                return problems
+            where = f"{hub.path} ({split}) row {index}"
+            answer = _hub_answer(row.get(hub.answer), hub.answer_from)
+            text = _scalar_text(row.get(hub.problem))
+            if not answer or not text:
+                raise DataError(
+                    f"{where}: field '{hub.answer if not answer else hub.problem}' is missing or empty"
+                )
+            pid = (
+                str(row[hub.id]) if hub.id and row.get(hub.id) is not None else f"{spec.name}-{split}-{index}"
+            )
+            meta = {k: v for k, v in row.items() if k not in (hub.problem, hub.answer)}
+            problems.append(Problem(pid, text, answer.strip(), spec.name, spec.kind, meta))
+    return problems
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def load_problems(
+    name_or_path: str,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    problem_field: str = "problem",
+    answer_field: str = "answer",
+    id_field: str = "id",
+) -> list[Problem]:
+    """Problems of a named set or a JSONL file, in file order; the first ``limit`` only, if given.
+
+    Resolution, first match wins:
+
+    1. an existing file path ending in ``.jsonl`` (:func:`read_jsonl`; ``dataset`` is the file stem);
+    2. a generated set (``arith``, ``arith_train``);
+    3. the set's file (:attr:`DatasetSpec.file`) in ``data_dir``, then in ``$SAGERL_DATA_DIR``;
+    4. unless ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``) is 1, the set's :class:`HubSource`
+       (untested here: this machine has no hub access).
+
+    The field names apply to JSONL files; hub sets use their recorded column mapping.
+
+    Raises:
+        DataError: the name is neither an existing ``.jsonl`` file nor a named set; a named set was found
+            neither locally (the message lists the folders searched and how to give one: ``--data-dir`` or
+            ``SAGERL_DATA_DIR``) nor on the hub; a row is malformed (see :func:`read_jsonl`).
+        ValueError: ``limit`` is negative.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    fields = {"problem_field": problem_field, "answer_field": answer_field, "id_field": id_field}
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".jsonl" or os.sep in name_or_path or name_or_path not in DATASETS:
+        if path.is_file():
+            if path.suffix != ".jsonl":
+                raise DataError(f"{path}: expected a JSON Lines file ending in .jsonl")
+            return read_jsonl(path, limit=limit, **fields)
+        if path.suffix == ".jsonl" or os.sep in name_or_path:
+            raise DataError(f"{path}: no such file")
+        raise DataError(
+            f"unknown dataset {name_or_path!r}: not an existing .jsonl file and not a named set "
+            f"({', '.join(DATASETS)})"
+        )
+    spec = DATASETS[name_or_path]
+    if spec.generate is not None:
+        assert spec.size is not None
+        return spec.generate(spec.size if limit is None else min(limit, spec.size))
+    dirs = _search_dirs(data_dir)
+    assert spec.file is not None
+    for folder in dirs:
+        candidate = folder / spec.file
+        if candidate.is_file():
+            return read_jsonl(candidate, dataset=spec.name, kind=spec.kind, limit=limit, **fields)
+    searched = ", ".join(str(d) for d in dirs) if dirs else "none given"
+    local = (
+        f"dataset {spec.name!r} was found neither locally (no {spec.file} in the data folders searched: "
+        f"{searched}; give one with --data-dir or {DATA_DIR_ENV})"
+    )
+    if spec.hub is None:
+        raise DataError(f"{local} nor on the hub (no hub source is recorded for it)")
+    offline = _offline_variable()
+    if offline is not None:
+        raise DataError(f"{local} nor on the hub ({offline}=1, so {spec.hub.path} was not tried)")
+    try:
+        return _load_hub(spec, limit)
+    except DataError:
+        raise
+    except Exception as exc:  # the hub client raises many kinds: connection, not found, auth, schema
+        raise DataError(f"{local} nor on the hub ({spec.hub.path}: {_first_line(exc)})") from exc

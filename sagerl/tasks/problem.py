@@ -1,0 +1,30 @@
+"""The unit of every task: one problem with its reference answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("math", "kk")
+"""Grading kinds: "math" (math-verify on the last ``\\boxed{}``) and "kk" (Knights-and-Knaves roles)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem.
+
+    Attributes:
+        id: unique within its dataset.
+        problem: the statement, as in the source (LaTeX kept), without any prompt template.
+        answer: the reference answer, as it would stand inside ``\\boxed{}`` (for "kk": "A is a knight, ...").
+        dataset: the registry name (``"aime24"``), or the file stem for a JSONL path.
+        kind: which grader applies: "math" or "kk".
+        meta: the other fields of the source row (level, subject, names...); not part of equality or hash.
+    """
+
+    id: str
+    problem: str
+    answer: str
+    dataset: str
+    kind: str = "math"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
