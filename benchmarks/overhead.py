@@ -9,7 +9,8 @@ Runs three trainers with the same config, data and seed, each in its own process
 Every completion is forced to the same length (``min_new_tokens = max_completion_length``) and the
 learning rate is 0, so every step does the same work and step times compare the loss code, not sampling
 luck. Rounds alternate the order of the variants. Reported: median step time (first step excluded),
-peak RSS, and forward passes per step outside generation (counted by a hook on each model's backbone).
+peak RSS, forward passes per step outside generation (counted by a hook on each model's backbone), and
+the time of ``compute_loss`` alone (policy forward, guide, objective), the only code that differs.
 
 Targets: SAGE/GRPO step time <= 1.03, SAGE/GRPO peak RSS <= 1.02, no extra forward pass,
 sagerl GRPO / TRL GRPO step time <= 1.05.
@@ -76,13 +77,17 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
         trainer_cls, args = SAGETrainer, SAGEConfig(**common, **guide)
 
     step_times: list[float] = []
+    loss_times: list[float] = []
+    pending = {"loss": 0.0}
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
             self.t0 = time.perf_counter()
+            pending["loss"] = 0.0
 
         def on_step_end(self, *a, **k):
             step_times.append(time.perf_counter() - self.t0)
+            loss_times.append(pending["loss"])
 
     trainer = trainer_cls(
         model=path,
@@ -104,6 +109,16 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
             generating["on"] = False
 
     trainer._generate = generate
+    original_compute_loss = trainer.compute_loss
+
+    def compute_loss(*a, **k):  # the policy forward, the guide and the objective (not backward)
+        t0 = time.perf_counter()
+        try:
+            return original_compute_loss(*a, **k)
+        finally:
+            pending["loss"] += time.perf_counter() - t0
+
+    trainer.compute_loss = compute_loss
 
     def counter(name):
         def hook(module, args, kwargs):
@@ -120,6 +135,7 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
     return {
         "variant": variant,
         "step_times": step_times,
+        "loss_times": loss_times,
         "peak_rss_mib": peak_kib / 1024,
         "forwards_per_step": {k: v / steps for k, v in counts.items()},
     }
@@ -173,8 +189,8 @@ def main() -> None:
                     flush=True,
                 )
 
-    def median_step(variant):
-        return statistics.median(t for run in runs[variant] for t in run["step_times"][1:])
+    def median_step(variant, key="step_times"):
+        return statistics.median(t for run in runs[variant] for t in run[key][1:])
 
     def peak(variant):
         return max(run["peak_rss_mib"] for run in runs[variant])
@@ -191,6 +207,11 @@ def main() -> None:
         "grpo/trl step time": median_step("grpo") / median_step("trl"),
     }
     print()
+    print(
+        f"loss computation alone (policy forward + guide + objective): sage/grpo "
+        f"{median_step('sage', 'loss_times') / median_step('grpo', 'loss_times'):.3f}, grpo/trl "
+        f"{median_step('grpo', 'loss_times') / median_step('trl', 'loss_times'):.3f}"
+    )
     for name, value in ratios.items():
         verdict = "ok" if value <= TARGETS[name] else "OVER TARGET"
         print(f"{name:22s} {value:6.3f}  (target <= {TARGETS[name]:.2f})  {verdict}")
