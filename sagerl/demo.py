@@ -45,15 +45,17 @@ def run_demo(
 
     console.print(f"[bold]1/3[/] pass@k before training: {problems} held-out problems x {n} samples")
     t = time.time()
-    evaluate(None, ["arith"], out=out / "eval-base", **eval_kwargs)
+    evaluate(None, ["arith"], out=out / "base", **eval_kwargs)
     timings["eval before"] = time.time() - t
 
-    console.print(f"[bold]2/3[/] training grpo+branch for {steps} steps (2 prompts x 8 rollouts per step)")
+    console.print(f"[bold]2/3[/] training grpo+branch for {steps} steps (1 prompt x 8 rollouts per step)")
     t = time.time()
     model = train(
         "grpo+branch",
         {
             "max_steps": steps,
+            "per_device_train_batch_size": 8,  # one prompt x 8 rollouts per optimizer step
+            "gradient_accumulation_steps": 1,
             "learning_rate": learning_rate,
             "max_completion_length": max_new_tokens,
             "save_steps": max(1, steps // 2),
@@ -65,12 +67,10 @@ def run_demo(
 
     console.print("[bold]3/3[/] pass@k after training, same problems and seeds")
     t = time.time()
-    evaluate(str(model), ["arith"], out=out / "eval-grpo+branch", **eval_kwargs)
+    evaluate(str(model), ["arith"], out=out / "grpo+branch", **eval_kwargs)
     timings["eval after"] = time.time() - t
 
-    comparison = compare_runs(
-        [out / "eval-base", out / "eval-grpo+branch"], out=out / "passk_before_after.png"
-    )
+    comparison = compare_runs([out / "base", out / "grpo+branch"], out=out / "passk_before_after.png")
     console.print(render_table(comparison))
     console.print(
         "times: "
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=12, help="training steps")
     parser.add_argument("--problems", type=int, default=32, help="held-out problems to evaluate")
     parser.add_argument("-n", type=int, default=8, help="samples per problem")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--learning-rate", type=float, default=5e-6)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     from sagerl.errors import SagerlError

@@ -340,6 +340,20 @@ def test_cli_compare_two_runs(tmp_path, capsys):
     assert cmp["columns"][:2] == [("aime24", 1), ("aime24", 4)]
     assert cmp["rows"]["grpo"][0] == pytest.approx(0.2)
     assert cmp["rows"]["base"][-2] == pytest.approx(0.2)  # average pass@1 of base
+    assert cmp["cis"]["grpo"][0] == pytest.approx((0.15, 0.25))
+
+
+def test_compare_single_dataset_has_no_average_column(tmp_path):
+    from sagerl.eval import compare_runs
+    from sagerl.eval.compare import render_table
+
+    a = fabricate_run(tmp_path / "before", 8, {"arith": 0.05})
+    b = fabricate_run(tmp_path / "after", 8, {"arith": 0.10})
+    cmp = compare_runs([a, b], out=None, ks=[1, 8])
+    assert cmp["columns"] == [("arith", 1), ("arith", 8)]
+    table = render_table(cmp)
+    assert [c.header for c in table.columns][1:] == ["arith\npass@1", "arith\npass@8"]
+    assert list(table.columns[1].cells) == ["5.0 [0.0, 10.0]", "10.0 [5.0, 15.0]"]
 
 
 def test_cli_compare_missing_results_names_the_folder(tmp_path, capsys):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.errors import SagerlError
-from sagerl.eval.plots import plot_compare
+from sagerl.eval.plots import dataset_panels, plot_compare
 from sagerl.eval.results import read_results
 
 
@@ -43,6 +43,7 @@ def compare_runs(
 
     Returns:
         ``{"runs": {label: results}, "ks": [...], "columns": [(dataset, k)], "rows": {label: [value|None]},
+        "cis": {label: [(low, high)|None]},
         "plot": path or None}``; a value is None where a run lacks that dataset or k.
 
     Raises:
@@ -55,33 +56,40 @@ def compare_runs(
     ks = sorted({int(k) for k in ks}) if ks else default_ks(runs)
     if any(k < 1 for k in ks):
         raise SagerlError(f"k must be >= 1, got {ks}")
-    names: list[str] = []
-    for res in runs.values():
-        for name in res["datasets"]:
-            if name not in names:
-                names.append(name)
-    names.append("average")
-    columns = [(name, k) for name in names for k in ks]
-    rows = {}
+    columns = [(name, k) for name in dataset_panels(runs) for k in ks]
+    rows, cis = {}, {}
     for label, res in runs.items():
-        row = []
+        row, ci_row = [], []
         for name, k in columns:
             entry = res["average"] if name == "average" else res["datasets"].get(name)
             value = None if entry is None else entry.get(f"pass@{k}")
+            ci = None if entry is None else entry.get("ci", {}).get(f"pass@{k}")
             row.append(None if value is None else float(value))
+            ci_row.append(None if ci is None else (float(ci[0]), float(ci[1])))
         rows[label] = row
+        cis[label] = ci_row
     plot = plot_compare(runs, out) if out is not None else None
-    return {"runs": runs, "ks": ks, "columns": columns, "rows": rows, "plot": plot}
+    return {"runs": runs, "ks": ks, "columns": columns, "rows": rows, "cis": cis, "plot": plot}
 
 
 def render_table(comparison: dict[str, Any]):
     """A rich Table of a :func:`compare_runs` result (rows: runs; columns: dataset pass@k, in %)."""
     from rich.table import Table
 
-    table = Table(title="pass@k (%)")
+    table = Table(title="pass@k (%) [95% bootstrap CI]")
     table.add_column("run", style="bold")
     for name, k in comparison["columns"]:
         table.add_column(f"{name}\npass@{k}", justify="right")
+    cis = comparison.get("cis", {})
     for label, row in comparison["rows"].items():
-        table.add_row(label, *("—" if v is None else f"{100 * v:.1f}" for v in row))
+        cells = []
+        for i, v in enumerate(row):
+            ci = cis.get(label, [None] * len(row))[i]
+            if v is None:
+                cells.append("—")
+            elif ci is None:
+                cells.append(f"{100 * v:.1f}")
+            else:
+                cells.append(f"{100 * v:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]")
+        table.add_row(label, *cells)
     return table

@@ -72,15 +72,21 @@ def plot_run(results: Mapping[str, Any], path: str | Path) -> Path:
         plt.close(fig)
 
 
-def plot_compare(runs: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path:
-    """Overlaid pass@k curves of several runs: one panel per dataset (union over runs) plus the average."""
-    plt = _pyplot()
+def dataset_panels(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Dataset names over all runs (first-seen order), then ``"average"`` when there is more than one."""
     panels: list[str] = []
     for res in runs.values():
         for name in res["datasets"]:
             if name not in panels:
                 panels.append(name)
-    panels.append("average")
+    return [*panels, "average"] if len(panels) > 1 else panels
+
+
+def plot_compare(runs: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path:
+    """Overlaid pass@k curves of several runs: one panel per dataset (union over runs), plus the average
+    when there are several datasets."""
+    plt = _pyplot()
+    panels = dataset_panels(runs)
     cols = min(3, len(panels))
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.8 * rows), squeeze=False)

@@ -21,6 +21,18 @@ import time
 from pathlib import Path
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+
+# What the progress line shows per step (the full set goes to metrics.jsonl).
+SUMMARY_KEYS = (
+    ("reward", "reward"),
+    ("pass_rate", "pass"),
+    ("kl", "kl"),
+    ("entropy", "H"),
+    ("q/mean", "q"),
+    ("completions/mean_length", "len"),
+    ("step_time", "s/step"),
+)
 
 
 class MetricsJSONLCallback(TrainerCallback):
@@ -59,3 +71,20 @@ class MetricsJSONLCallback(TrainerCallback):
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()
+
+
+class CompactProgressCallback(ProgressCallback):
+    """TRL's progress bar (with its ETA), but one short line per logged step instead of the whole dict."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None or not logs:
+            return
+        if "train_runtime" in logs:
+            self.training_bar.write(f"done: {logs['train_runtime']:.0f} s")
+            return
+        parts = [f"step {state.global_step}"]
+        for key, label in SUMMARY_KEYS:
+            value = logs.get(key)
+            if isinstance(value, int | float):
+                parts.append(f"{label} {value:.3g}")
+        self.training_bar.write("  ".join(parts))

@@ -308,8 +308,10 @@ def train(
     args = build_trainer_config(resolved, out)
     model_path = validate_model(resolved.settings.model)
 
+    from transformers.trainer_callback import ProgressCallback
+
     from sagerl.models import load_tokenizer
-    from sagerl.train.metrics import MetricsJSONLCallback
+    from sagerl.train.metrics import CompactProgressCallback, MetricsJSONLCallback
     from sagerl.train.rewards import CorrectnessReward, FormatReward
     from sagerl.train.trainer import SAGETrainer
 
@@ -330,6 +332,8 @@ def train(
         processing_class=tokenizer,
         callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])],
     )
+    if not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(CompactProgressCallback())
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = out / "model"
     trainer.save_model(str(final))
