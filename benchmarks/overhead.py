@@ -141,6 +141,32 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
     }
 
 
+def objective_only(batch: int = 8, length: int = 1024, reps: int = 200) -> tuple[float, float]:
+    """Seconds per forward+backward of the objective alone on (batch, length) tensors: (GRPO, GRPO+Branch).
+
+    The two are timed alternately in one process, so the ratio isolates the guide's own cost.
+    """
+    import torch
+
+    from sagerl.objective import branch_guide, sage_loss
+
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(batch, length)
+    ref = -torch.rand(batch, length, generator=g) * 3
+    entropy = torch.rand(batch, length, generator=g) * 3
+    advantages = torch.randn(batch, generator=g)
+    times = {"grpo": [], "sage": []}
+    for _ in range(reps):
+        for name in ("grpo", "sage"):
+            logp = (-torch.rand(batch, length, generator=g) * 3).requires_grad_(True)
+            t0 = time.perf_counter()
+            log_q = branch_guide(entropy, mask).log() if name == "sage" else None
+            out = sage_loss(logp, None, ref, advantages, mask, log_q=log_q, beta=0.05)
+            out.loss.backward()
+            times[name].append(time.perf_counter() - t0)
+    return statistics.median(times["grpo"]), statistics.median(times["sage"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model path or id (default: embedded SmolLM2)")
@@ -156,6 +182,12 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
         return
 
+    grpo_s, sage_s = objective_only()
+    print(
+        f"objective alone, (8, 1024) tokens, forward+backward: grpo {grpo_s * 1e3:.3f} ms, "
+        f"grpo+branch {sage_s * 1e3:.3f} ms (ratio {sage_s / grpo_s:.3f})",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
         order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
@@ -184,7 +216,8 @@ def main() -> None:
                 result = json.loads(lines[-1][len("RESULT ") :])
                 runs[variant].append(result)
                 print(
-                    f"round {r + 1} {variant:5s} step times {[round(t, 2) for t in result['step_times']]} s, "
+                    f"round {r + 1} {variant:5s} step times {[round(t, 2) for t in result['step_times']]} s "
+                    f"(loss {[round(t, 2) for t in result['loss_times']]} s), "
                     f"peak RSS {result['peak_rss_mib']:.0f} MiB, forwards/step {result['forwards_per_step']}",
                     flush=True,
                 )
@@ -197,10 +230,14 @@ def main() -> None:
 
     print()
     print(
-        f"{'variant':8s} {'median step (s)':>16s} {'peak RSS (MiB)':>15s}  forwards per step outside generation"
+        f"{'variant':8s} {'median step (s)':>16s} {'of which loss (s)':>18s} {'peak RSS (MiB)':>15s}  "
+        "forwards per step outside generation"
     )
     for v in VARIANTS:
-        print(f"{v:8s} {median_step(v):16.3f} {peak(v):15.0f}  {runs[v][0]['forwards_per_step']}")
+        print(
+            f"{v:8s} {median_step(v):16.3f} {median_step(v, 'loss_times'):18.3f} {peak(v):15.0f}  "
+            f"{runs[v][0]['forwards_per_step']}"
+        )
     ratios = {
         "sage/grpo step time": median_step("sage") / median_step("grpo"),
         "sage/grpo peak RSS": peak("sage") / peak("grpo"),

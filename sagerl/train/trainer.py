@@ -20,7 +20,7 @@ upgrade changes them.
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -220,21 +220,13 @@ class SAGETrainer(GRPOTrainer):
         return self._guide_schedule(self.state.global_step)
 
     def _scheduled_guide_params(self) -> GuideParams:
+        """The guide parameters with their strengths (γ, α, σ) scaled by the schedule at this step."""
         s = self._guide_strength()
         p = self._guide_params
         if s == 1.0:
             return p
-        return GuideParams(
-            gamma=p.gamma * s,
-            tau=p.tau,
-            q_min=p.q_min,
-            q_max=p.q_max,
-            alpha=p.alpha * s,
-            sigma=p.sigma * s,
-            normalization=p.normalization,
-            random_kind=p.random_kind,
-            random_eps=p.random_eps,
-            random_sigma=p.random_sigma * s,
+        return replace(
+            p, gamma=p.gamma * s, alpha=p.alpha * s, sigma=p.sigma * s, random_sigma=p.random_sigma * s
         )
 
     def _loss_normalization(self, inputs, mode: str) -> tuple[float | torch.Tensor | None, float]:

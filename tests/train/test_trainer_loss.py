@@ -6,6 +6,8 @@ copy of the reference model, log_softmax, gather; the guide and the loss come fr
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from datasets import Dataset
@@ -231,3 +233,17 @@ def test_lora_through_peft_trains_with_the_branch_guide(tiny_model, tmp_path):
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(before[k], after[k]) for k in before)  # the adapter learned
     assert trainer.state.log_history[0]["kl"] >= 0.0
+
+
+def test_guide_schedule_advances_per_optimizer_step(tiny_model, tmp_path):
+    trainer, _ = make_trainer(tiny_model, tmp_path, guide_schedule="cosine", gradient_accumulation_steps=2)
+    inputs = rollout(trainer)
+    strengths = []
+    for step in (0, 0, 2, 2, 4):  # two micro-batches at steps 0 and 2
+        trainer.state.global_step = step
+        trainer.compute_loss(trainer.model, inputs)
+        strengths.append(trainer._metrics["train"]["guide/strength"][-1])
+    # cosine from 1 to 0 over max_steps = 5 optimizer steps: (1 + cos(pi * step / 5)) / 2
+    assert strengths[0] == strengths[1] == pytest.approx(1.0)
+    assert strengths[2] == strengths[3] == pytest.approx(0.5 * (1 + math.cos(math.pi * 2 / 5)))
+    assert strengths[4] == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 5)))
