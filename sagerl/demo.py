@@ -70,7 +70,8 @@ def run_demo(
     evaluate(str(model), ["arith"], out=out / "grpo+branch", **eval_kwargs)
     timings["eval after"] = time.time() - t
 
-    comparison = compare_runs([out / "base", out / "grpo+branch"], out=out / "passk_before_after.png")
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
+    comparison = compare_runs([out / "base", out / "grpo+branch"], out=out / "passk_before_after.png", ks=ks)
     console.print(render_table(comparison))
     console.print(
         "times: "

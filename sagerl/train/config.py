@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from sagerl.errors import ConfigError
-from sagerl.objective import ADVANTAGES, DIVERGENCES, GUIDES, KL_ESTIMATORS, KL_PLACEMENTS, LOSS_AGG_MODES
+from sagerl.objective import (
+    ADVANTAGES,
+    DIVERGENCES,
+    GUIDES,
+    KL_ESTIMATORS,
+    KL_PLACEMENTS,
+    LOSS_AGG_MODES,
+    GuideParams,
+)
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
 from sagerl.objective.schedules import SCHEDULES
 
@@ -168,6 +176,22 @@ class SAGEConfig(GRPOConfig):
                 raise ConfigError(
                     f"{name}={getattr(self, name)!r} is not supported by SAGETrainer (supported: {supported})"
                 )
+
+    @property
+    def guide_params(self) -> GuideParams:
+        """The guide fields as :class:`sagerl.objective.GuideParams`."""
+        return GuideParams(
+            gamma=self.gamma,
+            tau=self.tau,
+            q_min=self.q_min,
+            q_max=self.q_max,
+            alpha=self.token_alpha,
+            sigma=self.token_sigma,
+            normalization=self.token_normalization,
+            random_kind=self.random_kind,
+            random_eps=self.random_eps,
+            random_sigma=self.random_sigma,
+        )
 
     @property
     def resolved_overlong_buffer_len(self) -> int:

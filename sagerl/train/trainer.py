@@ -114,18 +114,7 @@ class SAGETrainer(GRPOTrainer):
                 cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
                 outputs=("log_probs", "entropy"),
             )
-        self._guide_params = GuideParams(
-            gamma=args.gamma,
-            tau=args.tau,
-            q_min=args.q_min,
-            q_max=args.q_max,
-            alpha=args.token_alpha,
-            sigma=args.token_sigma,
-            normalization=args.token_normalization,
-            random_kind=args.random_kind,
-            random_eps=args.random_eps,
-            random_sigma=args.random_sigma,
-        )
+        self._guide_params = args.guide_params
         self._guide_generator = torch.Generator(device=self.accelerator.device).manual_seed(args.seed)
         self._guide_schedule = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
