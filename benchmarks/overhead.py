@@ -50,7 +50,7 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
     torch.manual_seed(0)
     path = resolve_model(model)
     tokenizer = load_tokenizer(path)
-    dataset: Dataset = build_dataset(RunSettings(dataset="arith_train", limit=64), tokenizer)
+    dataset: Dataset = build_dataset(RunSettings(dataset="arith_train", limit=64))
     common = dict(
         output_dir=out,
         max_steps=steps,

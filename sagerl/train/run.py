@@ -2,7 +2,9 @@
 
 The run folder (``--output-dir``) holds:
 
-- ``config.yaml``: the resolved config (preset, run settings, every trainer field), written atomically;
+- ``config.yaml``: the resolved config, written atomically: preset, run settings, the trainer keys set by
+  the defaults, the preset and the overrides (``trainer``, compared on resumption), and every field of
+  the final ``SAGEConfig`` (``trainer_all_fields``);
 - ``metrics.jsonl``: one JSON line per optimizer step (see :class:`MetricsJSONLCallback`);
 - ``checkpoint-N/``: HF checkpoints with optimizer, scheduler and RNG states (and the guide's RNG);
 - ``model/``: the final model and tokenizer, ready for ``sagerl eval --model``.
@@ -186,7 +188,7 @@ def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
         raise ConfigError(f"invalid trainer config: {str(exc).strip().splitlines()[0]}") from exc
 
 
-def build_dataset(settings: RunSettings, tokenizer):
+def build_dataset(settings: RunSettings):
     """The training set as a ``datasets.Dataset`` with TRL's conversational ``prompt`` plus ``answer``,
     ``kind`` and ``id`` columns.
 
@@ -316,14 +318,15 @@ def train(
     from sagerl.train.trainer import SAGETrainer
 
     tokenizer = load_tokenizer(model_path)
-    dataset = build_dataset(resolved.settings, tokenizer)
+    dataset = build_dataset(resolved.settings)
     reward_funcs: list = [CorrectnessReward(resolved.settings.fallback_to_last_number)]
     if resolved.settings.format_reward_weight:
         reward_funcs.append(FormatReward())
         args.reward_weights = [1.0, float(resolved.settings.format_reward_weight)]
 
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(config_path, yaml.safe_dump(resolved.as_dict(), sort_keys=False, allow_unicode=True))
+    record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
+    _atomic_write(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     trainer = SAGETrainer(
         model=model_path,
         reward_funcs=reward_funcs,

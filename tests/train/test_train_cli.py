@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from sagerl.cli import main
@@ -108,6 +109,10 @@ def test_resume_continues_exactly(tmp_path, tiny_model, capsys):
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
     first = _weights(split / "checkpoint-2")
     assert any(not torch.equal(first[k], b[k]) for k in b)  # the third step did change the weights
+
+    config = yaml.safe_load((split / "config.yaml").read_text())
+    assert config["preset"] == "grpo+branch" and config["trainer"]["max_steps"] == 3
+    assert config["trainer_all_fields"]["guide"] == "branch" and config["trainer_all_fields"]["beta"] == 0.05
 
     steps = [json.loads(line)["step"] for line in (split / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
