@@ -104,7 +104,7 @@ def test_evaluate_values_and_outputs(toy, tmp_path):
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["datasets"]["toy"]["pass@8"] == pytest.approx(entry["pass@8"])
     assert (out / "passk.png").stat().st_size > 1000
-    from sagerl.eval.samples import default_file_mode
+    from sagerl.atomic_files import default_file_mode
 
     for name in ("results.json", "passk.png", "eval_config.json"):  # atomic writes keep normal permissions
         assert (out / name).stat().st_mode & 0o777 == default_file_mode()
@@ -363,3 +363,15 @@ def test_cli_compare_missing_results_names_the_folder(tmp_path, capsys):
     assert cli("compare", str(a), str(empty), "--out", str(tmp_path / "x.png")) == 2
     err = capsys.readouterr().err
     assert "not-a-run" in err and "results.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_atomic_write_leaves_the_old_file_on_failure(tmp_path):
+    from sagerl.atomic_files import atomic_path, atomic_write_text
+
+    target = tmp_path / "results.json"
+    atomic_write_text(target, "old\n")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half a file")
+        raise RuntimeError("crash while writing")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left behind

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sagerl.atomic_files import atomic_path
 from sagerl.eval.results import pass_at_k_points
-from sagerl.eval.samples import default_file_mode
 
 
 def _pyplot():
@@ -22,18 +20,10 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path) -> Path:
-    """Save a figure atomically (temporary file in the same folder, then ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
-    try:
-        os.chmod(tmp, default_file_mode())
+    """Save a figure atomically (see :mod:`sagerl.atomic_files`)."""
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return Path(path)
 
 
 def _curve(ax, entry: Mapping[str, Any], label: str, **style) -> None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import SagerlError
 
 SAMPLES_FILE = "samples.jsonl"
@@ -39,29 +39,9 @@ def sample_key(record: Mapping[str, Any]) -> SampleKey:
     return (str(record["dataset"]), str(record["problem_id"]), int(record["sample_index"]))
 
 
-def default_file_mode() -> int:
-    """The mode a plainly created file gets (0o666 minus the umask); ``mkstemp`` alone gives 0o600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, default_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``obj`` as indented JSON to ``path`` atomically (see :mod:`sagerl.atomic_files`)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def load_samples(path: str | Path, *, repair: bool = True) -> dict[SampleKey, dict[str, Any]]:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
+
+from sagerl.atomic_files import atomic_write_text
 
 # What the progress line shows per step (the full set goes to metrics.jsonl).
 SUMMARY_KEYS = (
@@ -53,10 +53,7 @@ class MetricsJSONLCallback(TrainerCallback):
                 continue  # a line cut by a crash
             if row.get("step", 0) <= state.global_step:
                 kept.append(line)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".metrics.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import yaml
 
 from sagerl import __version__
+from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, ModelLoadError
 from sagerl.train.presets import load_preset
 
@@ -213,17 +212,6 @@ def build_dataset(settings: RunSettings):
     )
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def last_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete ``checkpoint-N`` folder of a run, or None."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -326,7 +314,7 @@ def train(
 
     out.mkdir(parents=True, exist_ok=True)
     record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
-    _atomic_write(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    atomic_write_text(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     trainer = SAGETrainer(
         model=model_path,
         reward_funcs=reward_funcs,
@@ -341,5 +329,5 @@ def train(
     final = out / "model"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    _atomic_write(out / "train_state.json", json.dumps({"global_step": trainer.state.global_step}) + "\n")
+    atomic_write_text(out / "train_state.json", json.dumps({"global_step": trainer.state.global_step}) + "\n")
     return final

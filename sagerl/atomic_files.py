@@ -1,0 +1,46 @@
+"""Atomic file writes: write a temporary file in the target's folder, then ``os.replace`` it into place.
+
+A reader (or a rerun after a crash) sees either the old file or the whole new one, never half of one.
+The file gets the mode a plainly created file would (``mkstemp`` alone gives 0o600).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def default_file_mode() -> int:
+    """The mode a plainly created file gets: 0o666 minus the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block succeeds, move it onto ``path``.
+
+    The folder is created if needed. On an exception the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, default_file_mode())
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, flushed to disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
