@@ -1,6 +1,12 @@
 """Errors a user can cause. The CLI prints them as one line, without a traceback, and exits non-zero."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for one-line errors."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
 class SagerlError(Exception):
     """Base class of every error caused by user input (data, configuration, paths)."""
 

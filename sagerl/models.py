@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sagerl.errors import ModelLoadError
+from sagerl.errors import ModelLoadError, first_line
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model; also accepted by every ``--model`` option."""
@@ -97,6 +97,20 @@ def resolve_model(name_or_path: str | None) -> str:
     return name_or_path
 
 
+def load_config(name_or_path: str | None):
+    """Load a model's config only (cheap): checks that a path or id names a model before anything heavy.
+
+    Raises:
+        ModelLoadError: the path or id does not load (one line, naming it).
+    """
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(resolve_model(name_or_path))
+    except Exception as exc:
+        raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
+
+
 def load_tokenizer(name_or_path: str | None):
     """Load a tokenizer, with left padding and a pad token (the EOS token when the model has none).
 
@@ -109,7 +123,7 @@ def load_tokenizer(name_or_path: str | None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
-        raise ModelLoadError(f"model {name_or_path!r} does not load: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -134,7 +148,7 @@ def load_model(name_or_path: str | None, dtype: str = "float32", device: str | N
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     except Exception as exc:
-        raise ModelLoadError(f"model {name_or_path!r} does not load: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval()
 
@@ -172,8 +186,3 @@ def save_tiny_random_model(
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sagerl.errors import DataError
+from sagerl.errors import DataError, first_line
 from sagerl.grading import extract_boxed
 from sagerl.tasks.arithmetic import make_arithmetic_problems
 from sagerl.tasks.problem import KINDS, Problem
@@ -358,11 +358,6 @@ def _load_hub(spec: DatasetSpec, limit: int | None) -> list[Problem]:
     return problems
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
 def load_problems(
     name_or_path: str,
     *,
@@ -430,4 +425,4 @@ def load_problems(
     except DataError:
         raise
     except Exception as exc:  # the hub client raises many kinds: connection, not found, auth, schema
-        raise DataError(f"{local} nor on the hub ({spec.hub.path}: {_first_line(exc)})") from exc
+        raise DataError(f"{local} nor on the hub ({spec.hub.path}: {first_line(exc)})") from exc

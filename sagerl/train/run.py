@@ -26,7 +26,7 @@ import yaml
 
 from sagerl import __version__
 from sagerl.atomic_files import atomic_write_text
-from sagerl.errors import ConfigError, ModelLoadError
+from sagerl.errors import ConfigError, first_line
 from sagerl.train.presets import load_preset
 
 # Trainer defaults that fit a 2-core CPU and the embedded model; every one can be overridden.
@@ -184,7 +184,7 @@ def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid trainer config: {str(exc).strip().splitlines()[0]}") from exc
+        raise ConfigError(f"invalid trainer config: {first_line(exc)}") from exc
 
 
 def build_dataset(settings: RunSettings):
@@ -248,16 +248,10 @@ def validate_model(model: str | None) -> str:
     Raises:
         ModelLoadError: one line naming the model.
     """
-    from transformers import AutoConfig
+    from sagerl.models import load_config, load_tokenizer, resolve_model
 
-    from sagerl.models import load_tokenizer, resolve_model
-
+    load_config(model)
     path = resolve_model(model)
-    try:
-        AutoConfig.from_pretrained(path)
-    except Exception as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"model {model!r} does not load: {text}") from exc
     load_tokenizer(path)
     return path
 
