@@ -1,65 +1,10 @@
-"""The ``sagerl`` command line: ``train``, ``eval`` and ``compare``.
-
-Thin by design: each command parses its options and calls one library function. Errors a user can cause
-(:class:`sagerl.errors.SagerlError`) are printed as one line on stderr, without a traceback, and the
-process exits with status 2.
-"""
+"""``sagerl eval`` and ``sagerl compare``."""
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
-from sagerl.errors import SagerlError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="SAGE (Shaping Anchors for Guided Exploration) for RLVR on LLMs: train, evaluate pass@k, compare runs.",
-)
-
-
-@app.command("train")
-def train_command(
-    preset: str = typer.Option("grpo+branch", "--preset", "-p", help="Paper variant; see --list-presets."),
-    output_dir: str | None = typer.Option(
-        None, "--output-dir", "-o", help="Run folder (default runs/<preset>). Rerun the same command to resume."
-    ),
-    model: str | None = typer.Option(None, "--model", "-m", help="HF path or id (default: embedded SmolLM2)."),
-    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Named set or JSONL (default: arith_train)."),
-    data_dir: str | None = typer.Option(None, "--data-dir", help="Folder of the named sets (else $SAGERL_DATA_DIR)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps."),
-    overrides: list[str] = typer.Option(
-        [], "--set", "-s", help="Override any config key: --set beta=0.02 --set learning_rate=1e-6 (repeatable)."
-    ),
-    resume: bool | None = typer.Option(
-        None, "--resume/--no-resume", help="Resume from the last checkpoint (default: when one exists)."
-    ),
-    list_presets_: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
-) -> None:
-    """Train a model with SAGE (or a baseline) on TRL; writes config.yaml, metrics.jsonl, checkpoints, model/."""
-    from sagerl.train.presets import list_presets
-    from sagerl.train.run import parse_overrides, train
-
-    if list_presets_:
-        for name, description in list_presets().items():
-            typer.echo(f"{name:14s} {description}")
-        return
-    values = parse_overrides(overrides)
-    for key, value in (("model", model), ("dataset", dataset), ("data_dir", data_dir), ("max_steps", max_steps)):
-        if value is not None:
-            values[key] = value
-    final = train(preset, values, output_dir, resume=resume)
-    typer.echo(f"model: {final}")
-
-
-# ---- eval and compare commands (owner: evaluation harness, issue 4) -------------------------------------
-
-
-def _split_list(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+from sagerl.cli.app import app, split_list
 
 
 @app.command("eval")
@@ -122,7 +67,7 @@ def eval_command(
     typer.echo(f"run folder: {out}  (rerun with --out {out} to resume)")
     results = evaluate(
         model,
-        _split_list(dataset),
+        split_list(dataset),
         n=n,
         out=out,
         limit=limit,
@@ -185,38 +130,10 @@ def compare_command(
     ks = None
     if k:
         try:
-            ks = [int(x) for x in _split_list(k)]
+            ks = [int(x) for x in split_list(k)]
         except ValueError as exc:
             raise ConfigError(f"--k must be comma-separated integers, got {k!r}") from exc
     comparison = compare_runs(run_dirs, out=out, ks=ks)
     console = Console()
     console.print(render_table(comparison))
     typer.echo(f"plot: {comparison['plot']}")
-
-
-# ---- end of eval and compare commands ----------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point: runs the typer app and turns user errors into one line and exit status 2."""
-    try:
-        app(args=argv, standalone_mode=False)
-    except SagerlError as exc:
-        typer.echo(f"sagerl: error: {exc}", err=True)
-        sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("sagerl: interrupted (rerun the same command to resume)", err=True)
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-
-
-if __name__ == "__main__":
-    main()

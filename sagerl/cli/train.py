@@ -1,0 +1,58 @@
+"""``sagerl train``."""
+
+from __future__ import annotations
+
+import typer
+
+from sagerl.cli.app import app
+
+
+@app.command("train")
+def train_command(
+    preset: str = typer.Option("grpo+branch", "--preset", "-p", help="Paper variant; see --list-presets."),
+    output_dir: str | None = typer.Option(
+        None,
+        "--output-dir",
+        "-o",
+        help="Run folder (default runs/<preset>). Rerun the same command to resume.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="HF path or id (default: embedded SmolLM2)."
+    ),
+    dataset: str | None = typer.Option(
+        None, "--dataset", "-d", help="Named set or JSONL (default: arith_train)."
+    ),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", help="Folder of the named sets (else $SAGERL_DATA_DIR)."
+    ),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps."),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        "-s",
+        help="Override any config key: --set beta=0.02 --set learning_rate=1e-6 (repeatable).",
+    ),
+    resume: bool | None = typer.Option(
+        None, "--resume/--no-resume", help="Resume from the last checkpoint (default: when one exists)."
+    ),
+    list_presets_: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
+) -> None:
+    """Train a model with SAGE (or a baseline) on TRL; writes config.yaml, metrics.jsonl, checkpoints, model/."""
+    from sagerl.train.presets import list_presets
+    from sagerl.train.run import parse_overrides, train
+
+    if list_presets_:
+        for name, description in list_presets().items():
+            typer.echo(f"{name:14s} {description}")
+        return
+    values = parse_overrides(overrides)
+    for key, value in (
+        ("model", model),
+        ("dataset", dataset),
+        ("data_dir", data_dir),
+        ("max_steps", max_steps),
+    ):
+        if value is not None:
+            values[key] = value
+    final = train(preset, values, output_dir, resume=resume)
+    typer.echo(f"model: {final}")
