@@ -11,10 +11,12 @@ from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty
 from sagerl.objective.divergences import KL_ESTIMATORS, forward_kl, shaped_kl
 from sagerl.objective.guides import (
     branch_guide,
+    branch_token_guide,
     gaussian_guide,
     normalize_per_sequence,
     permutation_guide,
     random_guide,
+    teacher_guide,
     token_guide,
 )
 from sagerl.objective.loss import DIVERGENCES, KL_PLACEMENTS, LossOutput, kl_to_go, sage_loss
@@ -26,6 +28,7 @@ from sagerl.objective.registry import (
     compute_advantages,
     compute_guide,
     get,
+    guide_inputs,
 )
 from sagerl.objective.schedules import SCHEDULES, ConstantSchedule, CosineRestartSchedule, make_schedule
 
@@ -46,6 +49,7 @@ __all__ = [
     "beta_parameters",
     "bnpo_advantages",
     "branch_guide",
+    "branch_token_guide",
     "clipped_surrogate",
     "compute_advantages",
     "compute_guide",
@@ -55,6 +59,7 @@ __all__ = [
     "gaussian_guide",
     "get",
     "grpo_advantages",
+    "guide_inputs",
     "kl_to_go",
     "make_schedule",
     "normalize_per_sequence",
@@ -63,5 +68,6 @@ __all__ = [
     "random_guide",
     "sage_loss",
     "shaped_kl",
+    "teacher_guide",
     "token_guide",
 ]

@@ -11,15 +11,23 @@ arXiv 2605.18864): the branch guide is the main variant, the token guide uses su
 guide is the paper's permutation baseline (``kind="permutation"``) or the Gaussian perturbation found in
 the authors' code (``kind="gaussian"``). The default strengths of the token and Gaussian guides are
 sagerl's choices, not the paper's.
+
+Two guides go beyond the paper (sagerl's own, documented as such):
+
+- :func:`branch_token_guide` gates the token guide's surprisal weight by the branch guide's entropy
+  excess, so that q differs between the tokens of a state exactly where the model branches. (The branch
+  guide gives every token of a state the same q, so with k3 in the loss it only rescales β there.)
+- :func:`teacher_guide` reads q from a second, stronger model: q = (π_teacher/π_ref)^λ, the "guide
+  functions learned from stronger models" the authors name as future work.
 """
 
 from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_2d, masked_zero
+from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
 
-TOKEN_NORMALIZATIONS = ("minmax", "rank", "zscore")
+TOKEN_NORMALIZATIONS = ("minmax", "rank", "zscore", "prob")
 RANDOM_KINDS = ("permutation", "gaussian")
 
 
@@ -78,6 +86,9 @@ def normalize_per_sequence(values: torch.Tensor, mask: torch.Tensor, method: str
         ``"rank"``: average rank among the sequence's valid tokens, scaled to [0, 1] (ties share a
             rank; a one-token sequence gets 0.5).
         ``"zscore"``: sigmoid((v − mean) / std) with the population std; 0.5 where std = 0.
+        ``"prob"``: 1 − exp(−v), not relative to the sequence: for a surprisal v = −log p this is 1 − p,
+            the probability mass of the other tokens at that state (sagerl's choice, for guides that
+            must rank the tokens of one state the same way in every sequence).
 
     Args:
         values: (B, T) float tensor. mask: (B, T) 0/1.
@@ -128,6 +139,8 @@ def normalize_per_sequence(values: torch.Tensor, mask: torch.Tensor, method: str
         w = torch.where(
             std > 0, torch.sigmoid((v - mean) / torch.where(std > 0, std, torch.ones_like(std))), 0.5
         )
+    elif method == "prob":
+        w = -torch.expm1(-v.clamp(min=0.0))
     else:
         raise ValueError(f"unknown normalization {method!r}; expected one of {TOKEN_NORMALIZATIONS}")
     return masked_zero(w.to(values.dtype), mask)
@@ -152,7 +165,8 @@ def token_guide(
         logp: (B, T) log-probability in nats of each sampled token (policy or reference).
         mask: (B, T) completion mask.
         alpha: α, deterministic strength. sigma: σ ≥ 0, noise scale (0: deterministic).
-        normalization: ``"minmax"`` (5–95% quantile clip), ``"rank"`` or ``"zscore"`` (sigmoid).
+        normalization: ``"minmax"`` (5–95% quantile clip), ``"rank"``, ``"zscore"`` (sigmoid) or
+            ``"prob"`` (1 − p, per state); see :func:`normalize_per_sequence`.
         q_min, q_max: clamp bounds. generator: torch RNG for ε.
 
     Returns:
@@ -174,6 +188,84 @@ def token_guide(
         eps = torch.randn(w.shape, generator=generator, dtype=w.dtype, device=w.device)
         q = q + sigma * w * eps
     return _finish(q, mask, q_min, q_max)
+
+
+def branch_token_guide(
+    entropy: torch.Tensor,
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 0.3,
+    tau: float = 1.2,
+    normalization: str = "minmax",
+    q_min: float = 0.6,
+    q_max: float = 1.4,
+) -> torch.Tensor:
+    """Branch-token guide q = clamp(1 + γ·relu(H − τ)·w, q_min, q_max) (sagerl's, beyond the paper).
+
+    w ∈ [0, 1] is the normalised surprisal −log p of the sampled token (:func:`normalize_per_sequence`, as
+    in :func:`token_guide`). Below the entropy threshold q = 1 as for the branch guide; above it, q grows
+    with how surprising the sampled token is, so at a branching state the anchor q·π_ref favours the less
+    likely continuations instead of rescaling every token's anchor by the same factor.
+
+    Args:
+        entropy: (B, T) token entropy H_t in nats (policy or reference).
+        logp: (B, T) log-probability in nats of each sampled token (from the same model as ``entropy``).
+        mask: (B, T) completion mask.
+        gamma, tau: as :func:`branch_guide`. normalization: as :func:`token_guide`.
+        q_min, q_max: clamp bounds.
+
+    Returns:
+        (B, T) detached q; 1 at padding.
+
+    Raises:
+        ValueError: shape mismatch, γ < 0, unknown normalization or bad bounds.
+    """
+    check_2d(entropy, "entropy")
+    check_same_shape(entropy=entropy, logp=logp)
+    mask = as_bool_mask(mask, entropy)
+    _check_bounds(q_min, q_max)
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    excess = torch.relu(masked_zero(entropy.detach(), mask) - tau)
+    w = normalize_per_sequence(-logp.detach(), mask, normalization)
+    return _finish(1.0 + gamma * excess * w, mask, q_min, q_max)
+
+
+def teacher_guide(
+    teacher_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    lam: float = 1.0,
+    q_min: float = 0.6,
+    q_max: float = 1.4,
+) -> torch.Tensor:
+    """Teacher guide q = clamp((π_teacher(y_t | s_t) / π_ref(y_t | s_t))^λ, q_min, q_max) (sagerl's).
+
+    The anchor q·π_ref then leans toward the teacher: with λ = 1 and no clamp it *is* the teacher at every
+    sampled token. The SAGE authors name guides "learned from stronger models" as future work; this is the
+    simplest such guide. It costs one extra forward pass of the teacher on the sampled tokens (no_grad).
+
+    Args:
+        teacher_logp: (B, T) log π_teacher of the sampled tokens, nats (same tokenizer as the policy).
+        ref_logp: (B, T) log π_ref of the same tokens, nats.
+        mask: (B, T) completion mask.
+        lam: λ ≥ 0, the strength (0: q ≡ 1).
+        q_min, q_max: clamp bounds.
+
+    Returns:
+        (B, T) detached q; 1 at padding.
+
+    Raises:
+        ValueError: shape mismatch, λ < 0 or bad bounds.
+    """
+    check_2d(teacher_logp, "teacher_logp")
+    check_same_shape(teacher_logp=teacher_logp, ref_logp=ref_logp)
+    mask = as_bool_mask(mask, teacher_logp)
+    _check_bounds(q_min, q_max)
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    log_ratio = masked_zero(teacher_logp.detach() - ref_logp.detach(), mask)
+    return _finish(torch.exp((lam * log_ratio).clamp(-30.0, 30.0)), mask, q_min, q_max)
 
 
 def permutation_guide(

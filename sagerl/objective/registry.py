@@ -17,7 +17,7 @@ from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
 from sagerl.objective.schedules import SCHEDULES, make_schedule
 
-GUIDES = ("none", "branch", "token", "random")
+GUIDES = ("none", "branch", "token", "random", "branch_token", "teacher")
 ADVANTAGES = ("grpo", "dr_grpo", "bnpo")
 
 _REGISTRY: dict[str, dict[str, Callable]] = {
@@ -25,6 +25,8 @@ _REGISTRY: dict[str, dict[str, Callable]] = {
         "branch": _guides.branch_guide,
         "token": _guides.token_guide,
         "random": _guides.random_guide,
+        "branch_token": _guides.branch_token_guide,
+        "teacher": _guides.teacher_guide,
     },
     "advantage": {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages, "bnpo": bnpo_advantages},
     "divergence": {"reverse": shaped_kl, "forward": forward_kl},
@@ -69,6 +71,30 @@ class GuideParams:
     """gaussian random guide: probability of perturbing a token."""
     random_sigma: float = 0.2
     """gaussian random guide: σ."""
+    teacher_lambda: float = 1.0
+    """teacher guide exponent λ."""
+
+
+def guide_inputs(name: str, params: GuideParams = GuideParams()) -> tuple[str, ...]:
+    """The per-token inputs guide ``name`` reads, as keyword names of :func:`compute_guide`.
+
+    ``"entropy"`` (H_t, nats), ``"logp"`` (sampled-token log-probs), ``"ref_logp"`` and ``"teacher_logp"``.
+    An engine that cannot provide one of them must refuse the guide at start-up.
+
+    Raises:
+        ValueError: unknown guide.
+    """
+    needs = {
+        "none": (),
+        "branch": ("entropy",),
+        "token": ("logp",),
+        "random": ("entropy",) if params.random_kind == "permutation" else (),
+        "branch_token": ("entropy", "logp"),
+        "teacher": ("teacher_logp", "ref_logp"),
+    }
+    if name not in needs:
+        raise ValueError(f"unknown guide {name!r}; expected one of {GUIDES}")
+    return needs[name]
 
 
 def compute_guide(
@@ -78,30 +104,41 @@ def compute_guide(
     *,
     entropy: torch.Tensor | None = None,
     logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    teacher_logp: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor | None:
     """The guide q, (B, T) and detached, or None for ``"none"`` (q ≡ 1).
 
     Args:
-        name: ``"none"``, ``"branch"`` (needs ``entropy``), ``"token"`` (needs ``logp``) or ``"random"``
-            (the permutation kind needs ``entropy``).
+        name: one of :data:`GUIDES`; the inputs each needs are :func:`guide_inputs`.
         mask: (B, T) completion mask.
         params: :class:`GuideParams`.
-        entropy: (B, T) token entropies, nats. logp: (B, T) sampled-token log-probs, nats.
+        entropy: (B, T) token entropies, nats. logp: (B, T) sampled-token log-probs, nats (from the policy
+            or the reference, whichever the trainer's ``guide_entropy_source`` says).
+        ref_logp: (B, T) reference log-probs. teacher_logp: (B, T) teacher log-probs (teacher guide).
         generator: RNG for the stochastic guides.
 
     Raises:
         ValueError: unknown guide, or a needed input missing.
     """
+    given = {"entropy": entropy, "logp": logp, "ref_logp": ref_logp, "teacher_logp": teacher_logp}
+    missing = [key for key in guide_inputs(name, params) if given[key] is None]
+    if missing:
+        raise ValueError(f"the {name} guide needs {', '.join(missing)}")
     if name == "none":
         return None
     if name == "branch":
-        if entropy is None:
-            raise ValueError("the branch guide needs the token entropies")
         return _guides.branch_guide(entropy, mask, params.gamma, params.tau, params.q_min, params.q_max)
+    if name == "branch_token":
+        return _guides.branch_token_guide(
+            entropy, logp, mask, params.gamma, params.tau, params.normalization, params.q_min, params.q_max
+        )
+    if name == "teacher":
+        return _guides.teacher_guide(
+            teacher_logp, ref_logp, mask, params.teacher_lambda, params.q_min, params.q_max
+        )
     if name == "token":
-        if logp is None:
-            raise ValueError("the token guide needs the sampled tokens' log-probabilities")
         return _guides.token_guide(
             logp,
             mask,
