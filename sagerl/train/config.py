@@ -62,6 +62,16 @@ class SAGEConfig(GRPOConfig):
         default=0.1, metadata={"help": "Gaussian random guide: share of perturbed tokens."}
     )
     random_sigma: float = field(default=0.2, metadata={"help": "Gaussian random guide: σ."})
+    teacher_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Teacher guide: path or id of the teacher model (same tokenizer as the policy); "
+            "one extra no-grad forward pass per rollout batch."
+        },
+    )
+    teacher_lambda: float = field(
+        default=1.0, metadata={"help": "Teacher guide exponent λ: q = (π_teacher/π_ref)^λ, clamped."}
+    )
     guide_schedule: str = field(
         default="constant",
         metadata={
@@ -149,6 +159,11 @@ class SAGEConfig(GRPOConfig):
             raise ConfigError("divergence='forward' takes no guide: set guide='none'")
         if self.kl_placement == "reward" and self.divergence != "reverse":
             raise ConfigError("kl_placement='reward' needs divergence='reverse'")
+        if (self.guide == "teacher") != (self.teacher_model is not None):
+            raise ConfigError(
+                "guide='teacher' needs teacher_model (a model path or id), and teacher_model is read by the "
+                f"teacher guide only (got guide={self.guide!r}, teacher_model={self.teacher_model!r})"
+            )
         if self.guide != "none" and self.beta == 0.0:
             raise ConfigError(f"guide={self.guide!r} shapes the KL anchor, so it needs beta > 0 (got beta=0)")
         if self.overlong_buffer_len < 0 or self.resolved_overlong_buffer_len > (
@@ -191,6 +206,7 @@ class SAGEConfig(GRPOConfig):
             random_kind=self.random_kind,
             random_eps=self.random_eps,
             random_sigma=self.random_sigma,
+            teacher_lambda=self.teacher_lambda,
         )
 
     @property

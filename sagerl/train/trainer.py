@@ -114,11 +114,51 @@ class SAGETrainer(GRPOTrainer):
                 cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
                 outputs=("log_probs", "entropy"),
             )
+        self.teacher_model = self._load_teacher(args) if args.guide == "teacher" else None
         self._guide_params = args.guide_params
         self._guide_generator = torch.Generator(device=self.accelerator.device).manual_seed(args.seed)
         self._guide_schedule = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
         self._ref_entropies: torch.Tensor | None = None
+
+    def _load_teacher(self, args: SAGEConfig):
+        """The teacher guide's model: loaded once, frozen, on the policy's device and dtype.
+
+        Raises:
+            ConfigError: it does not load, or its vocabulary differs from the policy's.
+        """
+        from transformers import AutoModelForCausalLM
+
+        policy = self.accelerator.unwrap_model(self.model)
+        try:
+            teacher = AutoModelForCausalLM.from_pretrained(args.teacher_model, dtype=policy.dtype)
+        except Exception as exc:
+            raise ConfigError(f"teacher_model {args.teacher_model!r} does not load: {exc}") from exc
+        if teacher.config.vocab_size != policy.config.vocab_size:
+            raise ConfigError(
+                f"teacher_model {args.teacher_model!r} has a vocabulary of {teacher.config.vocab_size} tokens, "
+                f"the policy {policy.config.vocab_size}: the teacher guide compares log-probs of the same tokens"
+            )
+        teacher.requires_grad_(False)
+        add_fused_lm_head(teacher, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+        return teacher.to(self.accelerator.device).eval()
+
+    def _teacher_logps(self, output: dict, mode: str) -> torch.Tensor:
+        """(B, T) log π_teacher of the sampled completion tokens: the teacher guide's extra forward pass."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        batch_size = (
+            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        )
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.teacher_model,
+                input_ids,
+                attention_mask,
+                output["completion_ids"].size(1),
+                batch_size=batch_size,
+            )
+        return logps
 
     # ------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -187,6 +227,8 @@ class SAGETrainer(GRPOTrainer):
             output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
         if self._wants_ref_entropy and self._ref_entropies is not None:
             output["ref_entropies"] = self._ref_entropies
+        if self.teacher_model is not None:
+            output["teacher_logps"] = self._teacher_logps(output, mode)
 
         metrics = self._metrics[mode]
         metrics["filtered_groups_share"].append(1.0 - keep.view(-1, group_size)[:, 0].float().mean().item())
@@ -268,6 +310,8 @@ class SAGETrainer(GRPOTrainer):
             self._scheduled_guide_params(),
             entropy=inputs.get("ref_entropies") if from_reference else entropies,
             logp=ref_logps if from_reference else logps,
+            ref_logp=ref_logps,
+            teacher_logp=inputs.get("teacher_logps"),
             generator=self._guide_generator,
         )
         num_tokens, divisor = self._loss_normalization(inputs, mode)

@@ -15,9 +15,11 @@ from transformers import AutoModelForCausalLM
 
 from sagerl.objective import (
     branch_guide,
+    branch_token_guide,
     compute_advantages,
     dynamic_sampling_mask,
     sage_loss,
+    teacher_guide,
     token_guide,
 )
 from sagerl.train import SAGEConfig, SAGETrainer
@@ -99,12 +101,34 @@ CASES = {
     "dapo+branch": dict(loss_agg_mode="token-mean", epsilon_high=0.28, dynamic_sampling=True),
     "grpo+branch reward-placement": dict(kl_placement="reward"),
     "grpo+branch reference entropy": dict(guide_entropy_source="reference"),
+    "grpo+branch_token": dict(guide="branch_token", token_normalization="prob", gamma=1.0, tau=2.0),
+    "grpo+teacher": dict(guide="teacher", teacher_lambda=0.5),
 }
 
 
+@pytest.fixture(scope="module")
+def tiny_teacher(tiny_model, tmp_path_factory):
+    """The teacher guide's teacher: the tiny model with perturbed weights (same tokenizer), so that
+    π_teacher/π_ref straddles 1 on the sampled tokens."""
+    from transformers import AutoTokenizer
+
+    teacher = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    out = tmp_path_factory.mktemp("teacher") / "model"
+    teacher.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(out)
+    return out
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
-    trainer, reward = make_trainer(tiny_model, tmp_path, **CASES[case])
+def test_trainer_loss_equals_objective(case, tiny_model, tiny_teacher, tmp_path):
+    overrides = dict(CASES[case])
+    if overrides.get("guide") == "teacher":
+        overrides["teacher_model"] = str(tiny_teacher)
+    trainer, reward = make_trainer(tiny_model, tmp_path, **overrides)
     args = trainer.args
     inputs = rollout(trainer)
     loss = trainer.compute_loss(trainer.model, inputs)
@@ -126,6 +150,13 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
     source_entropy = ref_entropy if args.guide_entropy_source == "reference" else entropy
     if args.guide == "token":
         q = token_guide(logp, mask, alpha=args.token_alpha, q_min=args.q_min, q_max=args.q_max)
+    elif args.guide == "branch_token":
+        q = branch_token_guide(entropy, logp, mask, args.gamma, args.tau, "prob", args.q_min, args.q_max)
+    elif args.guide == "teacher":
+        teacher = AutoModelForCausalLM.from_pretrained(str(tiny_teacher), dtype=torch.float32).eval()
+        teacher_logp, _ = plain_logps_and_entropy(teacher, inputs, args.temperature)
+        torch.testing.assert_close(inputs["teacher_logps"], teacher_logp, rtol=1e-4, atol=1e-4)
+        q = teacher_guide(teacher_logp, ref_logp, mask, args.teacher_lambda, args.q_min, args.q_max)
     else:
         q = branch_guide(
             source_entropy, mask, gamma=args.gamma, tau=args.tau, q_min=args.q_min, q_max=args.q_max
