@@ -140,7 +140,9 @@ class SAGETrainer(GRPOTrainer):
                 f"the policy {policy.config.vocab_size}: the teacher guide compares log-probs of the same tokens"
             )
         teacher.requires_grad_(False)
-        add_fused_lm_head(teacher, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+        add_fused_lm_head(
+            teacher, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
+        )
         return teacher.to(self.accelerator.device).eval()
 
     def _teacher_logps(self, output: dict, mode: str) -> torch.Tensor:
