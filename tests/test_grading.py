@@ -14,6 +14,7 @@ from sagerl.grading import (
     extract_answer,
     extract_boxed,
     extract_last_number,
+    find_last_boxed,
     grade,
     is_correct,
     kk_extract,
@@ -33,9 +34,29 @@ from sagerl.grading.verify import _VerifyWorker
         (r"\boxed{\left(3, \frac{\pi}{2}\right)}", r"\left(3, \frac{\pi}{2}\right)"),
         (r"first \boxed{1}, then \boxed{2}", "2"),
         (r"\boxed{}", ""),
-        (r"answer \boxed{5} and then \boxed{\frac{1", "5"),  # the unclosed box is ignored
+        # the last box opened is the final answer; one that never closes means there is none (issue 9)
+        (r"answer \boxed{5} and then \boxed{\frac{1", None),
+        (r"First \boxed{3}. Hmm, recheck. Final: \boxed{", None),
+        (r"\boxed{3} then, cut off: \boxed", None),
+        (r"\boxed{3} then \fbox{4", None),
         (r"\boxed{\frac{1", None),
         (r"\boxed 7.", "7"),
+        (r"\fbox{7}", "7"),  # other box spellings (issue 9)
+        (r"The answer is \fbox{7}.", "7"),
+        (r"\fbox{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"\fbox 12, done", "12"),
+        (r"\boxed{\left\{1, \{2\}\right\}}", r"\left\{1, \{2\}\right\}"),
+        (r"the command \boxed. Then \boxed{4}", "4"),  # a mention without an argument is no box
+        # boxes that together close the answer form one answer (issue 9) ...
+        (r"The solutions are \boxed{(1, 4)}, \boxed{(4, 1)}.", "(1, 4), (4, 1)"),
+        (r"So $x = \boxed{2}$ and $x = \boxed{5}$.", "2, 5"),
+        (r"$\boxed{1}$, $\boxed{2}$, or $\boxed{3}$", "1, 2, 3"),
+        (r"\boxed{a} \text{ and } \boxed{b}", "a, b"),
+        (r"x_1 = \boxed{-1},\quad x_2 = \boxed{3}", "-1, 3"),
+        # ... but a box followed by more reasoning is superseded by the later one
+        (r"I get \boxed{3}. Let me double-check: no, it should be 5, so \boxed{5}.", "5"),
+        (r"\boxed{3}. Wait, that is wrong. \boxed{4}", "4"),
+        (r"\boxed{3} so x = \boxed{4}", "4"),  # "so" is reasoning, not a separator
         (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces do not count
         (r"\boxed{a \\}", r"a \\"),  # a LaTeX line break, then the closing brace
         (r"\boxed{\boxed{3}}", r"\boxed{3}"),
@@ -49,8 +70,19 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
 def test_extract_boxed_is_linear_on_degenerate_text() -> None:
     text = r"\boxed{\boxed{" * 100_000 + r"\boxed{9}"
     start = time.perf_counter()
-    assert extract_boxed(text) == "9"
+    assert extract_boxed(text) == "9"  # the last box opened is complete
+    assert extract_boxed(r"\boxed{1}, " * 50_000 + r"\boxed{") is None
+    assert extract_boxed(r"\boxed{1}, " * 50_000) == ", ".join(["1"] * 50_000)
     assert time.perf_counter() - start < 2.0
+
+
+def test_find_last_boxed_spans() -> None:
+    text = r"So $x = \boxed{2}$ and $x = \boxed{5}$."
+    start, end, content = find_last_boxed(text)
+    assert (text[start:end], content) == (r"\boxed{2}$ and $x = \boxed{5}", "2, 5")
+    text = r"\boxed{3} and then \boxed{\frac"
+    assert find_last_boxed(text) == (text.index(r"\boxed{\frac"), len(text), None)
+    assert find_last_boxed("no box") is None
 
 
 @pytest.mark.parametrize(
@@ -76,6 +108,10 @@ def test_extract_answer_falls_back_to_last_number_only_when_asked() -> None:
     assert extract_answer(r"\boxed{} 7") is None  # an empty box is no answer
     assert extract_answer(r"\boxed{} 7", fallback_to_last_number=True) == "7"
     assert extract_answer(r"\boxed{\boxed{3}}") == "3"
+    assert extract_answer(r"\fbox{\boxed 3}") == "3"
+    assert extract_answer(r"\boxed{\boxed{3} + 1}") == r"\boxed{3} + 1"
+    # a final box that never closes: no answer, not even the last number
+    assert extract_answer(r"so 12 and \boxed{1", fallback_to_last_number=True) is None
 
 
 # --- math equivalence ------------------------------------------------------------------------------
@@ -93,6 +129,25 @@ def test_extract_answer_falls_back_to_last_number_only_when_asked() -> None:
         (r"\boxed{1,200}", "1200"),
         (r"\boxed{x^2+1}", "1 + x^2"),
         (r"\boxed{\text{(C)}}", r"\text{(C)}"),
+        # equal values in other forms (issue 9)
+        (r"\boxed{0.5}", r"\frac12"),
+        (r"\boxed{2^{-10}}", r"\frac{1}{1024}"),
+        (r"\boxed{1{,}000}", "1000"),
+        (r"\boxed{1\,000\,000}", "1000000"),
+        (r"\boxed{5!}", "120"),
+        (r"\boxed{\frac{1}{2^{99}}}", r"2^{-99}"),
+        (r"\boxed{10^{40}}", "1" + "0" * 40),
+        (r"\boxed{1.5\times 10^{-7}}", "0.00000015"),
+        (r"\boxed{0.333333}", r"\frac{1}{3}"),  # a decimal within 1e-6 relative
+        (r"\boxed{3.14159265}", r"\pi"),
+        (r"\boxed{x = \frac{1}{2^{99}}}", r"\frac{1}{2^{99}}"),
+        (r"\boxed{(2^{-40}, 3)}", r"(\frac{1}{2^{40}}, 3)"),
+        (r"\boxed{\frac{\sqrt{2}}{2^{60}}}", r"\sqrt{2} \cdot 2^{-60}"),
+        # the answer forms of issue 9's faults 2 and 4
+        (r"The answer is \fbox{7}.", "7"),
+        (r"The solutions are \boxed{(1, 4)}, \boxed{(4, 1)}.", "(1,4),(4,1)"),
+        (r"So $x = \boxed{2}$ and $x = \boxed{5}$.", "2, 5"),
+        (r"I get \boxed{3}. Let me double-check: no, it should be 5, so \boxed{5}.", "5"),
     ],
 )
 def test_equivalent_answers_are_correct(completion: str, answer: str) -> None:
@@ -108,6 +163,28 @@ def test_equivalent_answers_are_correct(completion: str, answer: str) -> None:
         (r"\boxed{}", "0"),
         ("The answer is 18.", "18"),  # no box, no fallback
         ("", "18"),
+        # tiny numbers are not rounded to a fixed number of decimals (issue 9, fault 1)
+        (r"\boxed{\frac{1}{2^{98}}}", r"\frac{1}{2^{99}}"),
+        (r"\boxed{0.0000001}", "0.0000002"),
+        (r"\boxed{10^{-30}}", r"2 \cdot 10^{-30}"),
+        (r"\boxed{1.0 \times 10^{-12}}", r"1.1 \times 10^{-12}"),
+        (r"\boxed{0}", "0.0000001"),
+        (r"\boxed{\frac{\pi}{2^{98}}}", r"\frac{\pi}{2^{99}}"),
+        (r"\boxed{\frac{\sqrt{2}}{10^{20}}}", r"\frac{\sqrt{3}}{10^{20}}"),
+        (r"\boxed{x = \frac{1}{2^{98}}}", r"\frac{1}{2^{99}}"),
+        (r"\boxed{(2^{-40}, 3)}", r"(\frac{1}{2^{41}}, 3)"),
+        (r"\boxed{\{10^{-9}, 1\}}", r"\{2 \cdot 10^{-9}, 1\}"),
+        # exact values compare exactly at any size
+        (r"\boxed{10^{40} + 1}", "10^{40}"),
+        (r"\boxed{30!}", "30! + 1"),
+        # a decimal near 1 is held to no looser than 1e-6 relative (math-verify: 6 decimals)
+        (r"\boxed{0.33333}", r"\frac{1}{3}"),
+        (r"\boxed{1.000002}", "1"),
+        # a final box that never closes is no answer (issue 9, fault 3)
+        (r"First \boxed{3}. Hmm, recheck. Final: \boxed{", "3"),
+        # a box followed by more reasoning is superseded (issue 9, fault 4)
+        (r"I get \boxed{3}. Let me double-check: no, it should be 5, so \boxed{5}.", "3, 5"),
+        (r"I get \boxed{3}. Let me double-check: no, it should be 5, so \boxed{5}.", "3"),
     ],
 )
 def test_wrong_or_missing_answers_are_incorrect(completion: str, answer: str) -> None:
@@ -269,6 +346,19 @@ def test_kk_final_answer_prefers_the_last_block() -> None:
         r"\boxed{Harper is a knight, Benjamin is a knave, Evelyn is a knave}",
         KK_ANSWER,
     )
+
+
+def test_kk_follows_the_final_box_rule() -> None:
+    """The checker reads the final answer as ``extract_boxed`` does: the last box opened, boxes joined."""
+    complete = r"\boxed{Harper is a knight, Benjamin is a knave, Evelyn is a knave}"
+    assert kk_is_correct(complete, KK_ANSWER)
+    cut_off = complete + r" Wait, let me recheck. \boxed{Harper is a knight, Benjamin is a kn"
+    assert kk_final_answer(cut_off) == ""
+    assert not kk_is_correct(cut_off, KK_ANSWER)
+    assert kk_extract(cut_off, KK_ANSWER) is None
+    split = r"\boxed{Harper is a knight}, \boxed{Benjamin is a knave} and \fbox{Evelyn is a knave}."
+    assert kk_final_answer(split) == "Harper is a knight, Benjamin is a knave, Evelyn is a knave"
+    assert kk_is_correct(split, KK_ANSWER)
 
 
 def test_grade() -> None:

@@ -41,13 +41,15 @@ def kk_reference_roles(answer: str) -> dict[str, str]:
 def kk_final_answer(completion: str) -> str:
     """The part of a completion that holds its final answer.
 
-    The later of its last complete ``\\boxed{...}`` and its last ``<answer>...</answer>`` block; without
-    either, the text after the last "answer" or "conclusion" (any case); without that, the whole text.
+    The later of its final box (:func:`sagerl.grading.find_last_boxed`: the last box it opens, with boxes
+    joined into one answer) and its last ``<answer>...</answer>`` block; without either, the text after
+    the last "answer" or "conclusion" (any case); without that, the whole text. A final box that never
+    closes is no answer: the result is then ``""`` (the completion was cut off before its answer).
     """
     candidates: list[tuple[int, str]] = []
     boxed = find_last_boxed(completion)
     if boxed is not None:
-        candidates.append((boxed[1], boxed[2]))
+        candidates.append((boxed[1], boxed[2] or ""))
     tags = list(_ANSWER_TAG.finditer(completion))
     if tags:
         candidates.append((tags[-1].end(), tags[-1].group(1)))

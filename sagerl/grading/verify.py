@@ -1,7 +1,8 @@
 """Answer verification with math-verify, under a per-answer time limit, from any thread.
 
 math-verify (https://github.com/huggingface/Math-Verify) parses both answers into SymPy and compares them
-(string, numeric and symbolic equality, sets, intervals, matrices...). Its own time limits use
+(string, numeric and symbolic equality, sets, intervals, matrices...); numbers are compared exactly by
+:mod:`sagerl.grading.numbers` instead, since math-verify rounds them. Its own time limits use
 ``signal.alarm``: whole seconds, main thread only, and they cancel any alarm the caller had armed (such as
 pytest-timeout's). sagerl therefore turns them off and keeps one deadline per answer itself:
 
@@ -39,6 +40,7 @@ from typing import TypeVar
 
 from sagerl.grading.answers import extract_answer
 from sagerl.grading.knights import kk_extract, kk_is_correct
+from sagerl.grading.numbers import normalize_thousands, numbers_equal
 
 __all__ = ["answers_match", "grade", "is_correct", "serve_worker"]
 
@@ -69,13 +71,20 @@ def _wrap(answer: str) -> str:
 
 
 def _math_equal(pred: str, gold: str) -> bool:
-    """math-verify equality of two bare answers, with its own timeouts off (the caller bounds the time)."""
+    """Equality of two bare answers: parsed by math-verify; numbers decided by
+    :func:`sagerl.grading.numbers.numbers_equal` (exact, or a relative tolerance for decimals), everything
+    else by math-verify's ``verify``. math-verify's own timeouts are off (the caller bounds the time)."""
     from math_verify import parse, verify
+    from sympy import Basic
 
     gold_parsed = parse(_wrap(gold), parsing_timeout=None)  # type: ignore[arg-type]
     pred_parsed = parse(_wrap(pred), parsing_timeout=None)  # type: ignore[arg-type]
     if not gold_parsed or not pred_parsed:
         return False
+    if isinstance(gold_parsed[0], Basic) and isinstance(pred_parsed[0], Basic):
+        verdict = numbers_equal(gold_parsed[0], pred_parsed[0])
+        if verdict is not None:
+            return verdict
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
@@ -275,9 +284,11 @@ def serve_worker() -> None:
 def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
     """True when the extracted answer ``pred`` is mathematically equal to the reference ``gold``.
 
-    Both are bare answers, as they would stand inside ``\\boxed{}``; each is wrapped in ``\\boxed{}`` and
-    parsed with ``math_verify.parse``, then compared with ``math_verify.verify(gold, pred)`` (default
-    precision: floats rounded to 6 digits). Identical strings match without parsing.
+    Both are bare answers, as they would stand inside ``\\boxed{}``. LaTeX thousands separators are dropped
+    (``1{,}000`` -> ``1000``); identical strings then match without parsing. Otherwise each is wrapped in
+    ``\\boxed{}`` and parsed with ``math_verify.parse``; numbers, and tuples or sets of numbers, are
+    compared by :func:`sagerl.grading.numbers.numbers_equal` (exact values exactly, decimals within a
+    relative 1e-6), everything else by ``math_verify.verify(gold, pred)``.
 
     Args:
         timeout: seconds allowed for the comparison; once spent, the answer counts as incorrect (see the
@@ -289,8 +300,9 @@ def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
-    if pred.strip() == gold.strip():
-        return bool(pred.strip())
+    pred, gold = normalize_thousands(pred.strip()), normalize_thousands(gold.strip())
+    if pred == gold:
+        return bool(pred)
     if _can_use_signals():
         return _compare_in_this_thread(pred, gold, timeout)
     return _WORKER.compare(pred, gold, timeout)
