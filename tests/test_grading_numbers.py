@@ -128,6 +128,8 @@ def test_decimals_compare_with_a_relative_tolerance_at_every_magnitude() -> None
         ("1{,}000", "1000"),
         (r"1\,000\,000", "1000000"),
         (r"2\ 500", "2500"),
+        ("1 000 000", "1000000"),
+        ("1, 000", "1, 000"),  # a list
         ("(1{,}000, 3)", "(1000, 3)"),
         ("12{,}34", "12{,}34"),  # not a group of three digits
         (r"x^{2}\,dx", r"x^{2}\,dx"),

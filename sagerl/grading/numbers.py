@@ -34,12 +34,12 @@ REL_TOL = Fraction(1, 10**6)
 
 _EXACT_DIGITS = 50
 _EXACT_REL_TOL = 1e-30
-_MAX_BITS = 100_000  # the largest exact power built: about 30,000 decimal digits
-_MAX_FACTORIAL = 2_000
+_MAX_BITS = 1_000_000  # the largest exact power built: about 300,000 decimal digits
+_MAX_FACTORIAL = 20_000
 
-# "1{,}000", "1\,000", "1\ 000", "1~000": LaTeX thousands separators between groups of three digits.
-_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|\\,|\\ |~)\d{3})+(?![\d])")
-_SEPARATOR = re.compile(r"\{,\}|\\,|\\ |~")
+# "1{,}000", "1\,000", "1\ 000", "1~000", "1 000": thousands separators between groups of three digits.
+_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|\\,|\\ |~| )\d{3})+(?![\d])")
+_SEPARATOR = re.compile(r"\{,\}|\\,|\\ |~| ")
 
 
 class _TooLarge(Exception):
@@ -47,8 +47,9 @@ class _TooLarge(Exception):
 
 
 def normalize_thousands(text: str) -> str:
-    """Drop LaTeX thousands separators inside numbers: ``1{,}000`` and ``1\\,000\\,000`` -> ``1000``,
-    ``1000000`` (math-verify reads a plain ``1,000`` itself)."""
+    """Drop thousands separators inside numbers: ``1{,}000``, ``1\\,000``, ``1\\ 000``, ``1~000`` and ``1 000``
+    become ``1000`` (math-verify reads a plain ``1,000`` itself). Only groups of exactly three digits
+    after a group of one to three count, so ``(1, 4)`` and ``12{,}34`` are left alone."""
     return _THOUSANDS.sub(lambda m: _SEPARATOR.sub("", m.group(0)), text)
 
 
