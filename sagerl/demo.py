@@ -18,6 +18,41 @@ from pathlib import Path
 
 from rich.console import Console
 
+PRESET = "grpo+branch"
+STEPS = 12
+"""Training steps (optimizer steps); ``--steps``."""
+PROBLEMS = 32
+"""Held-out arithmetic problems evaluated before and after training; ``--problems``."""
+SAMPLES = 8
+"""Samples per problem (pass@1 ... pass@SAMPLES); ``-n``."""
+MAX_NEW_TOKENS = 96
+LEARNING_RATE = 1e-5
+COMPLETIONS_PER_STEP = 8
+"""Completions per optimizer step: one micro-batch, no accumulation. With the preset's 8 rollouts per
+prompt (``num_generations``) that is 1 prompt x 8 rollouts; the README states the same (a test checks)."""
+
+
+def train_overrides(steps: int, max_new_tokens: int, learning_rate: float, progress: bool = True) -> dict:
+    """The ``sagerl train`` overrides of the demo's training stage."""
+    return {
+        "max_steps": steps,
+        "per_device_train_batch_size": COMPLETIONS_PER_STEP,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": learning_rate,
+        "max_completion_length": max_new_tokens,
+        "save_steps": max(1, steps // 2),
+        "disable_tqdm": not progress,
+    }
+
+
+def prompts_and_rollouts_per_step(overrides: dict) -> tuple[int, int]:
+    """(prompts, rollouts per prompt) of one optimizer step, from the resolved training config."""
+    from sagerl.train.run import resolve_config
+
+    trainer = resolve_config(PRESET, overrides).trainer
+    completions = trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
+    return completions // trainer["num_generations"], trainer["num_generations"]
+
 
 def run_demo(
     out: Path,
@@ -37,7 +72,7 @@ def run_demo(
     console = Console(stderr=False)
     timings = {}
     start = time.time()
-    console.rule("[bold]sagerl demo: SAGE (grpo+branch) on SmolLM2-135M-Instruct, built-in arithmetic")
+    console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M-Instruct, built-in arithmetic")
     embedded_model_dir()
     eval_kwargs = dict(
         n=n, limit=problems, max_new_tokens=max_new_tokens, temperature=1.0, seed=0, progress=progress
@@ -48,30 +83,23 @@ def run_demo(
     evaluate(None, ["arith"], out=out / "base", **eval_kwargs)
     timings["eval before"] = time.time() - t
 
-    console.print(f"[bold]2/3[/] training grpo+branch for {steps} steps (1 prompt x 8 rollouts per step)")
-    t = time.time()
-    model = train(
-        "grpo+branch",
-        {
-            "max_steps": steps,
-            "per_device_train_batch_size": 8,  # one prompt x 8 rollouts per optimizer step
-            "gradient_accumulation_steps": 1,
-            "learning_rate": learning_rate,
-            "max_completion_length": max_new_tokens,
-            "save_steps": max(1, steps // 2),
-            "disable_tqdm": not progress,
-        },
-        output_dir=out / "train",
+    overrides = train_overrides(steps, max_new_tokens, learning_rate, progress)
+    prompts, rollouts = prompts_and_rollouts_per_step(overrides)
+    console.print(
+        f"[bold]2/3[/] training {PRESET} for {steps} steps "
+        f"({prompts} prompt{'s' if prompts != 1 else ''} x {rollouts} rollouts per step)"
     )
+    t = time.time()
+    model = train(PRESET, overrides, output_dir=out / "train")
     timings["training"] = time.time() - t
 
     console.print("[bold]3/3[/] pass@k after training, same problems and seeds")
     t = time.time()
-    evaluate(str(model), ["arith"], out=out / "grpo+branch", **eval_kwargs)
+    evaluate(str(model), ["arith"], out=out / PRESET, **eval_kwargs)
     timings["eval after"] = time.time() - t
 
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
-    comparison = compare_runs([out / "base", out / "grpo+branch"], out=out / "passk_before_after.png", ks=ks)
+    comparison = compare_runs([out / "base", out / PRESET], out=out / "passk_before_after.png", ks=ks)
     console.print(render_table(comparison))
     console.print(
         "times: "
@@ -87,14 +115,17 @@ def main(argv: list[str] | None = None) -> None:
         description="sagerl demo: before/after pass@k of SAGE on the embedded model"
     )
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
-    parser.add_argument("--steps", type=int, default=12, help="training steps")
-    parser.add_argument("--problems", type=int, default=32, help="held-out problems to evaluate")
-    parser.add_argument("-n", type=int, default=8, help="samples per problem")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument("--steps", type=int, default=STEPS, help="training steps")
+    parser.add_argument("--problems", type=int, default=PROBLEMS, help="held-out problems to evaluate")
+    parser.add_argument("-n", type=int, default=SAMPLES, help="samples per problem")
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from sagerl.cli.warning_filters import silence_harmless_warnings
     from sagerl.errors import SagerlError
+
+    silence_harmless_warnings()
 
     try:
         run_demo(
