@@ -1,0 +1,194 @@
+"""SAGE's settings in verl's config tree: ``actor_rollout_ref.actor.policy_loss``, and the checks run at start-up.
+
+:class:`SAGEPolicyLossConfig` is verl's ``PolicyLossConfig`` plus SAGE's fields, selected with hydra's
+``_target_``. verl turns the actor's config into dataclasses in the driver (``validate_config``, before Ray
+starts) and again in every actor worker, so :meth:`SAGEPolicyLossConfig.__post_init__` refuses a bad SAGE
+setting before anything is loaded. The settings that live beside ``policy_loss`` in the actor's config
+(``calculate_entropy``, ``use_kl_loss``, ``kl_loss_type``, ``entropy_coeff``) are checked by
+:func:`check_actor_config` when the actor worker sets up its loss (``init_model``, before the first rollout).
+
+Names follow :class:`sagerl.train.SAGEConfig` (the TRL adapter); β is verl's ``actor.kl_loss_coef``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from sagerl.errors import ConfigError
+from sagerl.integrations.verl.version import check_verl_version
+from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, guide_inputs
+from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+
+try:
+    from verl.workers.config import PolicyLossConfig
+except ImportError:  # a verl whose layout differs: say which version, not which name moved
+    check_verl_version()
+    raise
+
+TARGET = "sagerl.integrations.verl.SAGEPolicyLossConfig"
+"""The ``_target_`` that selects SAGE's settings."""
+
+OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode:sage}}"
+"""The command-line override that turns SAGE on with the paper's defaults (branch guide)."""
+
+GUIDE_ENTROPY_SOURCES = ("policy", "reference")
+
+KL_LOSS_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+"""verl's ``actor.kl_loss_type`` names and the :func:`sagerl.objective.shaped_kl` estimator each one is."""
+
+
+def verl_guide_inputs(source: str) -> dict[str, str]:
+    """What verl hands the actor's loss, by :func:`sagerl.objective.guide_inputs` name, for a guide reading the
+    ``"policy"`` or the ``"reference"``. Anything else (a teacher's log-probs, the reference's entropies) verl
+    does not compute."""
+    if source == "policy":
+        return {
+            "entropy": "the policy's entropy",
+            "logp": "the policy's log-probs",
+            "ref_logp": "ref_log_prob",
+        }
+    return {"logp": "ref_log_prob", "ref_logp": "ref_log_prob"}
+
+
+@dataclass
+class SAGEPolicyLossConfig(PolicyLossConfig):
+    """verl's ``actor.policy_loss`` with SAGE's fields (every field of ``PolicyLossConfig`` keeps its meaning).
+
+    Select it with ``_target_`` (:data:`OVERRIDE`), with ``loss_mode=sage``. The loss is
+    :func:`sagerl.integrations.verl.loss.sage_ppo_loss`: verl's clipped surrogate (``clip_ratio_low/high``, dual clip
+    ``clip_ratio_c``) plus β·k(π, q·π_ref) with β = ``actor.kl_loss_coef``, computed by
+    :func:`sagerl.objective.sage_loss`.
+
+    Raises:
+        ConfigError: (from ``__post_init__``, so in the driver at start-up) a verl version outside the tested
+            range, ``loss_mode`` other than ``sage``, an unknown choice, bad bounds, or a guide that reads an
+            input verl does not compute (a teacher model's log-probs, the reference policy's entropies).
+    """
+
+    loss_mode: str = "sage"
+    guide: str = "branch"
+    """Guide function q, one of :data:`sagerl.objective.GUIDES` ("none": q ≡ 1, plain GRPO)."""
+    guide_entropy_source: str = "policy"
+    """Entropies and log-probs for the guide from the "policy" (verl computes both) or the "reference"
+    (verl computes its log-probs only, so the branch guide cannot read it)."""
+    gamma: float = 0.3
+    """branch guide strength γ, per nat above τ."""
+    tau: float = 1.2
+    """branch guide entropy threshold τ, nats."""
+    q_min: float = 0.6
+    q_max: float = 1.4
+    token_alpha: float = 0.4
+    """token guide strength α."""
+    token_sigma: float = 0.0
+    """token guide noise σ (drawn from torch's global RNG, which verl seeds)."""
+    token_normalization: str = "minmax"
+    random_kind: str = "permutation"
+    random_eps: float = 0.1
+    random_sigma: float = 0.2
+    kl_placement: str = "loss"
+    """Where β·KL goes: "loss" (per token, as GRPO and the SAGE authors) or "reward" (k1 reward-to-go in the
+    advantages; the exact SAGE optimum, see :mod:`sagerl.objective.loss`)."""
+    kl_log_ratio_clip: Optional[float] = 20.0  # noqa: UP045 (omegaconf reads the annotation)
+    """Clamp of the log-ratio inside the divergence (None: off). verl's own k3 also clamps the value at 10."""
+
+    def __post_init__(self) -> None:
+        check_verl_version()
+        if self.loss_mode != "sage":
+            raise ConfigError(
+                f"actor.policy_loss is SAGE's config ({TARGET}) but loss_mode={self.loss_mode!r}: set "
+                "actor_rollout_ref.actor.policy_loss.loss_mode=sage (SAGE never falls back to another loss)"
+            )
+        choices = {
+            "guide": GUIDES,
+            "guide_entropy_source": GUIDE_ENTROPY_SOURCES,
+            "token_normalization": TOKEN_NORMALIZATIONS,
+            "random_kind": RANDOM_KINDS,
+            "kl_placement": KL_PLACEMENTS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"actor.policy_loss.{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
+                )
+        if not 0 < self.q_min <= 1 <= self.q_max:
+            raise ConfigError(
+                f"actor.policy_loss: need 0 < q_min <= 1 <= q_max, got q_min={self.q_min}, q_max={self.q_max}"
+            )
+        if self.gamma < 0 or self.token_sigma < 0 or self.random_sigma < 0:
+            raise ConfigError("actor.policy_loss: gamma, token_sigma and random_sigma must be >= 0")
+        if self.kl_log_ratio_clip is not None and self.kl_log_ratio_clip <= 0:
+            raise ConfigError(
+                f"actor.policy_loss.kl_log_ratio_clip must be > 0 or null, got {self.kl_log_ratio_clip}"
+            )
+        given = verl_guide_inputs(self.guide_entropy_source)
+        missing = [name for name in guide_inputs(self.guide, self.guide_params) if name not in given]
+        if missing:
+            what = ", ".join(
+                "the reference policy's entropies" if name == "entropy" else name for name in missing
+            )
+            raise ConfigError(
+                f"actor.policy_loss.guide={self.guide!r} (guide_entropy_source={self.guide_entropy_source!r}) "
+                f"reads {what}, which verl does not compute; verl gives the loss {', '.join(sorted(set(given.values())))}"
+            )
+
+    @property
+    def guide_params(self) -> GuideParams:
+        """The :class:`sagerl.objective.GuideParams` these fields say."""
+        return GuideParams(
+            gamma=self.gamma,
+            tau=self.tau,
+            q_min=self.q_min,
+            q_max=self.q_max,
+            alpha=self.token_alpha,
+            sigma=self.token_sigma,
+            normalization=self.token_normalization,
+            random_kind=self.random_kind,
+            random_eps=self.random_eps,
+            random_sigma=self.random_sigma,
+        )
+
+
+def is_sage(actor_config: Any) -> bool:
+    """True when verl's actor config asks for SAGE (``policy_loss.loss_mode == "sage"``)."""
+    policy_loss = getattr(actor_config, "policy_loss", None)
+    return policy_loss is not None and policy_loss.get("loss_mode", None) == "sage"
+
+
+def check_actor_config(actor_config: Any) -> str:
+    """Check the actor settings SAGE's loss reads, and return the KL estimator (k1, k2 or k3) they mean.
+
+    Args:
+        actor_config: verl's ``ActorConfig`` (a dataclass) whose ``policy_loss.loss_mode`` is ``sage``.
+
+    Raises:
+        ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide reads entropies but
+            ``calculate_entropy`` is off; a guide without β > 0 (``use_kl_loss`` and ``kl_loss_coef``); a
+            ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
+    """
+    settings = actor_config.policy_loss
+    if not isinstance(settings, SAGEPolicyLossConfig):
+        raise ConfigError(f"loss_mode=sage needs SAGE's settings in actor.policy_loss: add {OVERRIDE}")
+    needs_entropy = "entropy" in guide_inputs(settings.guide, settings.guide_params)
+    if needs_entropy and not actor_config.calculate_entropy:
+        raise ConfigError(
+            f"SAGE's {settings.guide} guide reads the policy's token entropies: set "
+            "actor_rollout_ref.actor.calculate_entropy=True (they come from the same forward pass)"
+        )
+    beta = actor_config.kl_loss_coef if actor_config.use_kl_loss else 0.0
+    if settings.guide != "none" and beta <= 0:
+        raise ConfigError(
+            f"SAGE's {settings.guide} guide shapes the KL anchor, so it needs β > 0: set "
+            f"actor_rollout_ref.actor.use_kl_loss=True and kl_loss_coef > 0 (got use_kl_loss="
+            f"{actor_config.use_kl_loss}, kl_loss_coef={actor_config.kl_loss_coef})"
+        )
+    if actor_config.kl_loss_type not in KL_LOSS_TYPES:
+        raise ConfigError(
+            f"actor.kl_loss_type={actor_config.kl_loss_type!r} is not supported with SAGE; use one of "
+            f"{', '.join(KL_LOSS_TYPES)}"
+        )
+    if actor_config.entropy_coeff != 0:
+        raise ConfigError(
+            f"SAGE's loss has no entropy bonus: set actor.entropy_coeff=0 (got {actor_config.entropy_coeff})"
+        )
+    return KL_LOSS_TYPES[actor_config.kl_loss_type]

@@ -1,0 +1,96 @@
+"""Where SAGE's loss enters verl's actor: the one name the plugin replaces, guarded by a version check.
+
+verl 0.9's actor worker (``verl.workers.engine_workers.ActorRolloutRefWorker.init_model``) builds its inner
+training worker from the class attribute ``actor_worker_cls`` and hands it ``partial(ppo_loss,
+config=actor_config)`` through ``set_loss_fn``; a trainer may later call ``set_loss_fn`` again (the public
+``actor_rollout_wg.set_loss_fn``). :class:`SAGETrainingWorker` is verl's ``TrainingWorker`` whose
+``set_loss_fn`` turns ``ppo_loss`` into :func:`~sagerl.integrations.verl.loss.sage_ppo_loss` when the actor's
+config asks for SAGE, after :func:`~sagerl.integrations.verl.config.check_actor_config` (so a bad setting
+fails in ``init_model``, before the first rollout), and refuses any other loss for a SAGE actor (on-policy
+distillation, a custom loss): SAGE is never silently replaced by another objective. For every other actor
+it is verl's ``TrainingWorker`` unchanged.
+
+:func:`use_sage_worker` sets ``ActorRolloutRefWorker.actor_worker_cls`` to it (called by the plugin's
+:func:`~sagerl.integrations.verl.install` after the version check); tests/integrations/verl/
+test_verl_contract.py checks the internals this relies on.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker, ppo_loss
+
+from sagerl.errors import ConfigError
+from sagerl.integrations.verl.config import check_actor_config, is_sage
+from sagerl.integrations.verl.loss import sage_ppo_loss
+
+
+def sage_loss_fn(loss_fn):
+    """``loss_fn`` itself for a non-SAGE actor; SAGE's loss for a SAGE actor whose loss is verl's ``ppo_loss``.
+
+    Raises:
+        ConfigError: a SAGE actor with any other loss, or a setting :func:`check_actor_config` refuses.
+    """
+    config = loss_fn.keywords.get("config") if isinstance(loss_fn, partial) else None
+    if config is None or not is_sage(config):
+        return loss_fn
+    if loss_fn.func is sage_ppo_loss:
+        return loss_fn
+    if loss_fn.func is not ppo_loss or set(loss_fn.keywords) != {"config"}:
+        name = getattr(loss_fn.func, "__qualname__", repr(loss_fn.func))
+        raise ConfigError(
+            f"loss_mode=sage, but the actor's loss is {name}: SAGE replaces verl's ppo_loss only "
+            "(on-policy distillation or a custom loss would bypass it)"
+        )
+    check_actor_config(config)
+    return partial(sage_ppo_loss, config=config)
+
+
+def _is_sage(loss_fn) -> bool:
+    return isinstance(loss_fn, partial) and loss_fn.func is sage_ppo_loss
+
+
+class SAGETrainingWorker(TrainingWorker):
+    """verl's ``TrainingWorker``, whose loss is SAGE's when the actor's config says ``loss_mode=sage``."""
+
+    _sage_actor = False
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def set_loss_fn(self, loss_fn):
+        loss_fn = sage_loss_fn(loss_fn)
+        if self._sage_actor and not _is_sage(loss_fn):
+            raise ConfigError(
+                "this actor trains with SAGE (loss_mode=sage); a loss without SAGE was set on it"
+            )
+        self._sage_actor = _is_sage(loss_fn)
+        super().set_loss_fn(loss_fn)
+
+
+def _bypassed(*args, **kwargs):
+    """verl's ``ppo_loss`` looked ``loss_mode=sage`` up in its policy-loss registry: SAGE's loss was bypassed."""
+    raise ConfigError(
+        "loss_mode=sage reached verl's own ppo_loss: SAGE's actor loss is not installed in this worker "
+        "(is sagerl[verl] installed where the workers run, and VERL_USE_EXTERNAL_PLUGINS not 'none'?)"
+    )
+
+
+def use_sage_worker() -> None:
+    """Set ``ActorRolloutRefWorker.actor_worker_cls`` to :class:`SAGETrainingWorker` (idempotent), and register
+    ``loss_mode=sage`` in verl's policy-loss registry as a guard that raises if anything bypasses it.
+
+    Raises:
+        ConfigError: another plugin already replaced ``actor_worker_cls``.
+    """
+    current = ActorRolloutRefWorker.actor_worker_cls
+    if current is not SAGETrainingWorker:
+        if current is not TrainingWorker:
+            raise ConfigError(
+                f"verl's ActorRolloutRefWorker.actor_worker_cls is {current.__qualname__}, not TrainingWorker: "
+                "another plugin replaced it"
+            )
+        ActorRolloutRefWorker.actor_worker_cls = SAGETrainingWorker
+    if "sage" not in POLICY_LOSS_REGISTRY:
+        register_policy_loss("sage")(_bypassed)
