@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sagerl.errors import WriteError
+
 
 def default_file_mode() -> int:
     """The mode a plainly created file gets: 0o666 minus the umask."""
@@ -25,15 +27,26 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block succeeds, move it onto ``path``.
 
     The folder is created if needed. On an exception the temporary file is removed and ``path`` is untouched.
+
+    Raises:
+        WriteError: an ``OSError`` while creating, writing or renaming (disk full, no permission): one
+            line naming ``path``; the old file, if any, is left as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
     os.close(fd)
     try:
         os.chmod(tmp, default_file_mode())
         yield Path(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        raise WriteError(
+            f"cannot write {path}: {exc.strerror or exc} (the previous version is kept)"
+        ) from exc
     finally:
         Path(tmp).unlink(missing_ok=True)
 

@@ -21,3 +21,7 @@ class ConfigError(SagerlError):
 
 class ModelLoadError(SagerlError):
     """A model path or id that does not load."""
+
+
+class WriteError(SagerlError):
+    """A file that cannot be written (disk full, no permission); the message names the path."""

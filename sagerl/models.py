@@ -90,10 +90,24 @@ def embedded_model_dir() -> Path:
     return target
 
 
+BUILT_IN_MODELS = {
+    "planted-reference": ("sagerl.tasks.planted_model", "build_planted_model", "reference"),
+    "planted-teacher": ("sagerl.tasks.planted_model", "build_planted_model", "teacher"),
+}
+"""Models sagerl builds itself on first use (name -> module, function, argument): the planted-strategy
+task's tiny reference and teacher models. Looked up by name, so this layer imports the task lazily."""
+
+
 def resolve_model(name_or_path: str | None) -> str:
-    """Map ``None`` or the embedded model's name to its local folder; return anything else unchanged."""
+    """Map ``None`` or the embedded model's name, or a :data:`BUILT_IN_MODELS` name, to its local folder
+    (building it on first use); return anything else unchanged."""
     if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default"):
         return str(embedded_model_dir())
+    if name_or_path in BUILT_IN_MODELS:
+        import importlib
+
+        module, function, argument = BUILT_IN_MODELS[name_or_path]
+        return str(getattr(importlib.import_module(module), function)(argument))
     return name_or_path
 
 
@@ -101,12 +115,18 @@ def load_config(name_or_path: str | None):
     """Load a model's config only (cheap): checks that a path or id names a model before anything heavy.
 
     Raises:
-        ModelLoadError: the path or id does not load (one line, naming it).
+        ModelLoadError: the path or id does not load (one line, naming it); for an existing folder that
+            holds no ``config.json``: "model DIR: no config.json in DIR (not a Hugging Face model folder)".
     """
     from transformers import AutoConfig
 
+    path = resolve_model(name_or_path)
+    if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").is_file():
+        raise ModelLoadError(
+            f"model {name_or_path!r}: no config.json in {Path(path).expanduser()} (not a Hugging Face model folder)"
+        )
     try:
-        return AutoConfig.from_pretrained(resolve_model(name_or_path))
+        return AutoConfig.from_pretrained(path)
     except Exception as exc:
         raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
 

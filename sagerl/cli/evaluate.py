@@ -64,7 +64,6 @@ def eval_command(
     if out is None:
         name = Path(model_identity(model)).name or "model"
         out = str(Path("runs") / f"eval-{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    typer.echo(f"run folder: {out}  (rerun with --out {out} to resume)")
     results = evaluate(
         model,
         split_list(dataset),
@@ -81,6 +80,7 @@ def eval_command(
         few_shot=few_shot,
         progress=progress,
         dtype=dtype,
+        on_start=lambda folder: typer.echo(f"run folder: {folder}  (rerun with --out {folder} to resume)"),
     )
     console.print(_results_table(results))
     meta = results["meta"]
@@ -116,12 +116,14 @@ def _results_table(results: dict):
 @app.command("compare")
 def compare_command(
     run_dirs: list[str] = typer.Argument(..., help="Run folders written by `sagerl eval`."),
-    out: str = typer.Option("compare.png", "--out", "-o", help="Path of the overlaid pass@k plot (PNG)."),
+    out: str | None = typer.Option(
+        None, "--out", "-o", help="Write the overlaid pass@k plot to this PNG file (default: no plot)."
+    ),
     k: str | None = typer.Option(
         None, "--k", help="Comma-separated budgets for the table (default: 1 and the largest common k)."
     ),
 ) -> None:
-    """Compare several eval runs: a pass@k table and an overlaid pass@k plot (reads results.json only)."""
+    """Compare several eval runs: a pass@k table, and with --out an overlaid pass@k plot (reads results.json)."""
     from rich.console import Console
 
     from sagerl.errors import ConfigError
@@ -136,4 +138,7 @@ def compare_command(
     comparison = compare_runs(run_dirs, out=out, ks=ks)
     console = Console()
     console.print(render_table(comparison))
-    typer.echo(f"plot: {comparison['plot']}")
+    if comparison["plot"] is not None:
+        typer.echo(f"plot: {comparison['plot']}")
+    else:
+        typer.echo("(--out FILE.png writes the overlaid pass@k plot)")

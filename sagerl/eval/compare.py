@@ -32,13 +32,13 @@ def default_ks(runs: dict[str, dict[str, Any]]) -> list[int]:
 
 
 def compare_runs(
-    run_dirs: Sequence[str | Path], *, out: str | Path | None = "compare.png", ks: Sequence[int] | None = None
+    run_dirs: Sequence[str | Path], *, out: str | Path | None = None, ks: Sequence[int] | None = None
 ) -> dict[str, Any]:
     """Load several runs' results and draw their overlaid pass@k curves.
 
     Args:
         run_dirs: folders written by ``sagerl eval`` (each with a ``results.json``).
-        out: path of the plot (PNG); None to skip the plot.
+        out: path of the plot (PNG); None (the default) to skip the plot.
         ks: budgets for the table (default :func:`default_ks`).
 
     Returns:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from sagerl.eval.samples import (
     check_or_write_config,
     load_samples,
 )
+from sagerl.run_lock import run_lock
 
 PLOT_FILE = "passk.png"
 
@@ -114,6 +115,7 @@ def evaluate(
     progress: bool = True,
     dtype: str = "auto",
     sampler: Sampler | None = None,
+    on_start: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model: n samples per problem, unbiased pass@k with 95% bootstrap CIs.
 
@@ -134,17 +136,22 @@ def evaluate(
         progress: show a progress bar (stderr).
         dtype: model dtype for the HF backend (``"auto"``: bfloat16 on CUDA, float32 on CPU).
         sampler: an already built :class:`Sampler` (tests, custom backends); ``model`` still names the run.
+        on_start: called with ``out`` once the arguments are checked and the folder is locked, before
+            anything is written (the CLI prints the run folder).
 
     Returns:
         the results dict, also written to ``out/results.json`` (layout in :mod:`sagerl.eval.results`).
 
+    Every argument is checked before anything is written: the options, the datasets, and, when samples
+    are left to draw, the model (a folder that is not a model: "no config.json in ..."). Then ``out`` is
+    locked for the whole call (:mod:`sagerl.run_lock`).
+
     Raises:
         ConfigError: invalid n, limit or sampling options. DataError: a dataset that does not load.
         SagerlError: ``out`` holds a run with other sampling settings. ModelLoadError: the model.
+        RunFolderLockedError: another live process is evaluating into ``out``.
     """
-    from sagerl import __version__
-    from sagerl.grading import grade
-    from sagerl.tasks import build_messages, default_few_shot, parse_names, render_prompt
+    from sagerl.tasks import build_prompt, default_few_shot, default_prompt_format, parse_names
 
     if n < 1:
         raise ConfigError(f"n must be >= 1, got {n}")
@@ -168,7 +175,7 @@ def evaluate(
     few_shots = {name: (few_shot if few_shot is not None else default_few_shot(name)) for name in problems}
     for name, probs in problems.items():  # fail on a bad --few-shot before loading any model
         try:
-            build_messages(probs[0], few_shot=few_shots[name])
+            build_prompt(probs[0], few_shot=few_shots[name], prompt_format=default_prompt_format(name))
         except ValueError as exc:
             raise ConfigError(f"dataset {name!r}: {exc}") from exc
     model_id = model_identity(model)
@@ -180,17 +187,69 @@ def evaluate(
         "seed": int(seed),
         "few_shot": few_shot,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    stored = check_or_write_config(out, settings, {"created_at": _now(), "sagerl_version": __version__})
-    records = load_samples(out / SAMPLES_FILE)
+    if sampler is None and _todo(problems, n, load_samples(out / SAMPLES_FILE, repair=False)):
+        from sagerl.models import load_config
 
-    # What is left: per problem, the sample indices < n not yet in samples.jsonl.
+        load_config(model)  # a model is needed: check that it is one before anything is written
+    with run_lock(out):
+        if on_start is not None:
+            on_start(out)
+        return _evaluate_locked(
+            model,
+            out,
+            problems,
+            settings,
+            n=n,
+            few_shots=few_shots,
+            limit=limit,
+            backend=backend,
+            batch_size=batch_size,
+            dtype=dtype,
+            progress=progress,
+            sampler=sampler,
+            t0=t0,
+        )
+
+
+def _todo(problems: dict[str, list[Any]], n: int, records: dict) -> list[tuple[str, Any, list[int]]]:
+    """What is left: per problem, the sample indices < n not yet in ``records``."""
     todo: list[tuple[str, Any, list[int]]] = []
     for name, probs in problems.items():
         for p in probs:
             missing = [j for j in range(n) if (name, str(p.id), j) not in records]
             if missing:
                 todo.append((name, p, missing))
+    return todo
+
+
+def _evaluate_locked(
+    model: str | None,
+    out: Path,
+    problems: dict[str, list[Any]],
+    settings: dict[str, Any],
+    *,
+    n: int,
+    few_shots: dict[str, int],
+    limit: int | None,
+    backend: str,
+    batch_size: int | None,
+    dtype: str,
+    progress: bool,
+    sampler: Sampler | None,
+    t0: float,
+) -> dict[str, Any]:
+    """:func:`evaluate` once its arguments are checked and the run folder is locked."""
+    from sagerl import __version__
+    from sagerl.grading import grade
+    from sagerl.tasks import default_prompt_format, render_prompt, strategy_reader
+
+    model_id = settings["model"]
+    max_new_tokens, temperature = settings["max_new_tokens"], settings["temperature"]
+    top_p, seed, few_shot = settings["top_p"], settings["seed"], settings["few_shot"]
+    stored = check_or_write_config(out, settings, {"created_at": _now(), "sagerl_version": __version__})
+    records = load_samples(out / SAMPLES_FILE)
+    todo = _todo(problems, n, records)
+    strategies = {name: strategy_reader(name) for name in problems}
     total = n * sum(len(v) for v in problems.values())
     remaining = sum(len(m) for _, _, m in todo)
 
@@ -201,7 +260,13 @@ def evaluate(
             sampler = make_sampler(backend, model, batch_size=batch_size, dtype=dtype, seed=seed)
         used_backend = getattr(sampler, "name", backend)
         prompts = {
-            (name, str(p.id)): render_prompt(sampler.tokenizer, p, few_shot=few_shots[name], kind=p.kind)
+            (name, str(p.id)): render_prompt(
+                sampler.tokenizer,
+                p,
+                few_shot=few_shots[name],
+                kind=p.kind,
+                prompt_format=default_prompt_format(name),
+            )
             for name, p, _ in todo
         }
         chunk = max(1, int(getattr(sampler, "chunk_size", 64)))
@@ -236,6 +301,8 @@ def evaluate(
                             "num_tokens": int(comp.num_tokens),
                             "finish_reason": comp.finish_reason,
                         }
+                        if strategies[name] is not None:  # tasks that know each completion's strategy
+                            rec["strategy"] = strategies[name](comp.text)
                         records[(name, str(p.id), j)] = rec
                         lines.append(rec)
                 writer.write(lines)

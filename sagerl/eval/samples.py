@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.errors import SagerlError
+from sagerl.errors import SagerlError, WriteError
 
 SAMPLES_FILE = "samples.jsonl"
 CONFIG_FILE = "eval_config.json"
@@ -92,22 +92,42 @@ def load_samples(path: str | Path, *, repair: bool = True) -> dict[SampleKey, di
 
 
 class SampleWriter:
-    """Appends sample records to ``samples.jsonl``, one JSON line each, flushed after every batch."""
+    """Appends sample records to ``samples.jsonl``, one JSON line each, written to disk after every batch."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise WriteError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
 
     def write(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Append records (each as one line) and flush them to the OS."""
-        for rec in records:
-            self._f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        """Append records (each as one line) and ``fsync`` them.
+
+        Raises:
+            WriteError: the write failed (disk full...): the file is cut back to its length before this
+                call, so it holds only whole lines, and the message names it.
+        """
+        data = "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records).encode("utf-8")
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass  # load_samples drops a torn last line on the next run
+            raise WriteError(
+                f"cannot write {self.path}: {exc.strerror or exc} (the samples before this batch are kept; "
+                "rerun to resume)"
+            ) from exc
 
     def close(self) -> None:
-        self._f.close()
+        os.close(self._fd)
 
     def __enter__(self) -> SampleWriter:
         return self

@@ -9,8 +9,9 @@ The run folder (``--output-dir``) holds:
 - ``checkpoint-N/``: HF checkpoints with optimizer, scheduler and RNG states (and the guide's RNG);
 - ``model/``: the final model and tokenizer, ready for ``sagerl eval --model``.
 
-Rerunning the same command in the same folder resumes from the last checkpoint, exactly where it
-stopped; a changed config is refused (the message names the keys that differ).
+Rerunning the same command in the same folder resumes from the last complete checkpoint, exactly where
+it stopped (a checkpoint cut short by a crash is skipped with a warning); a changed config is refused (the
+message names the keys that differ). One process at a time trains into a folder (:mod:`sagerl.run_lock`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
+import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ import yaml
 from sagerl import __version__
 from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, first_line
+from sagerl.run_lock import run_lock
 from sagerl.train.presets import load_preset
 
 # Trainer defaults that fit a 2-core CPU and the embedded model; every one can be overridden.
@@ -188,23 +193,24 @@ def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
 
 
 def build_dataset(settings: RunSettings):
-    """The training set as a ``datasets.Dataset`` with TRL's conversational ``prompt`` plus ``answer``,
-    ``kind`` and ``id`` columns.
+    """The training set as a ``datasets.Dataset`` with TRL's ``prompt`` (conversational, or the bare text for
+    sets with the raw prompt format) plus ``answer``, ``kind`` and ``id`` columns.
 
     Raises:
         DataError: from :func:`sagerl.tasks.load_problems` (file, line, field).
     """
     from datasets import Dataset
 
-    from sagerl.tasks import build_messages, default_few_shot, load_problems
+    from sagerl.tasks import build_prompt, default_few_shot, default_prompt_format, load_problems
 
     problems = load_problems(settings.dataset, data_dir=settings.data_dir, limit=settings.limit)
     if not problems:
         raise ConfigError(f"dataset {settings.dataset!r} has no problems")
     few_shot = default_few_shot(settings.dataset) if settings.few_shot is None else settings.few_shot
+    prompt_format = default_prompt_format(settings.dataset)
     return Dataset.from_dict(
         {
-            "prompt": [build_messages(p, few_shot=few_shot) for p in problems],
+            "prompt": [build_prompt(p, few_shot=few_shot, prompt_format=prompt_format) for p in problems],
             "answer": [p.answer for p in problems],
             "kind": [p.kind for p in problems],
             "id": [p.id for p in problems],
@@ -212,14 +218,40 @@ def build_dataset(settings: RunSettings):
     )
 
 
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` folder of a run, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+def checkpoint_is_complete(folder: Path) -> bool:
+    """Whether ``checkpoint-N`` was written to the end: its ``trainer_state.json``, which the Trainer
+    writes after the weights, optimizer, scheduler and RNG states, is whole JSON for step N."""
+    step = folder.name.rpartition("-")[2]
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and str(state.get("global_step")) == step
 
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder of a run, or None.
+
+    A newer checkpoint that is incomplete (the run was killed, or the disk filled, while writing it) is
+    skipped with a warning and removed, so that the Trainer writes that step afresh when it gets there.
+    """
     if not output_dir.is_dir():
         return None
-    found = get_last_checkpoint(str(output_dir))
-    return Path(found) if found else None
+    found = [
+        (int(p.name.split("-", 1)[1]), p)
+        for p in output_dir.iterdir()
+        if p.is_dir() and p.name.startswith("checkpoint-") and p.name.split("-", 1)[1].isdigit()
+    ]
+    for _, folder in sorted(found, reverse=True):
+        if checkpoint_is_complete(folder):
+            return folder
+        warnings.warn(
+            f"{folder} is incomplete (the run stopped while writing it): removed, resuming from the "
+            "previous complete checkpoint",
+            stacklevel=2,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+    return None
 
 
 def check_resume_compatible(saved: dict, resolved: ResolvedConfig, path: Path) -> None:
@@ -273,11 +305,43 @@ def train(
             checkpoints; None: resume when a checkpoint exists.
         callbacks: extra ``transformers.TrainerCallback`` objects.
 
+    The arguments (config, model) are checked first; then the run folder is locked for the whole run
+    (:mod:`sagerl.run_lock`; in a multi-process run, by the process of rank 0).
+
     Raises:
         ConfigError, DataError, ModelLoadError: user errors, one line each.
+        RunFolderLockedError: another live process is training into ``output_dir``.
     """
     resolved = resolve_config(preset, overrides or {})
     out = Path(output_dir or Path("runs") / preset)
+    args = build_trainer_config(resolved, out)
+    model_path = validate_model(resolved.settings.model)
+    from sagerl.models import load_tokenizer
+    from sagerl.train.rewards import CorrectnessReward, FormatReward
+
+    tokenizer = load_tokenizer(model_path)
+    dataset = build_dataset(resolved.settings)
+    reward_funcs: list = [CorrectnessReward(resolved.settings.fallback_to_last_number)]
+    if resolved.settings.format_reward_weight:
+        reward_funcs.append(FormatReward())
+        args.reward_weights = [1.0, float(resolved.settings.format_reward_weight)]
+    trainer_kwargs = {
+        "model": model_path,
+        "reward_funcs": reward_funcs,
+        "args": args,
+        "train_dataset": dataset,
+        "processing_class": tokenizer,
+    }
+    if int(os.environ.get("RANK", "0")) != 0:  # other processes of a multi-process run: rank 0 holds the lock
+        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks)
+    with run_lock(out):
+        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks)
+
+
+def _train_in_folder(
+    resolved: ResolvedConfig, out: Path, trainer_kwargs: dict[str, Any], resume: bool | None, callbacks
+) -> Path:
+    """:func:`train` once the arguments are checked and the run folder is locked."""
     checkpoint = last_checkpoint(out)
     config_path = out / "config.yaml"
     if resume is True and checkpoint is None:
@@ -289,39 +353,22 @@ def train(
             yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}, resolved, config_path
         )
 
-    args = build_trainer_config(resolved, out)
-    model_path = validate_model(resolved.settings.model)
-
     from transformers.trainer_callback import ProgressCallback
 
-    from sagerl.models import load_tokenizer
     from sagerl.train.metrics import CompactProgressCallback, MetricsJSONLCallback
-    from sagerl.train.rewards import CorrectnessReward, FormatReward
     from sagerl.train.trainer import SAGETrainer
 
-    tokenizer = load_tokenizer(model_path)
-    dataset = build_dataset(resolved.settings)
-    reward_funcs: list = [CorrectnessReward(resolved.settings.fallback_to_last_number)]
-    if resolved.settings.format_reward_weight:
-        reward_funcs.append(FormatReward())
-        args.reward_weights = [1.0, float(resolved.settings.format_reward_weight)]
-
-    out.mkdir(parents=True, exist_ok=True)
+    args = trainer_kwargs["args"]
     record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
     atomic_write_text(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     trainer = SAGETrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])],
+        **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
     )
     if not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(CompactProgressCallback())
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = out / "model"
     trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
+    trainer_kwargs["processing_class"].save_pretrained(str(final))
     atomic_write_text(out / "train_state.json", json.dumps({"global_step": trainer.state.global_step}) + "\n")
     return final
