@@ -6,12 +6,16 @@ replaces four hooks and nothing else:
 
 - ``_calculate_rewards``: keeps the gathered rewards, so the advantages can be recomputed.
 - ``_generate_and_score_completions``: after TRL's rollout, sets the advantages from
-  :func:`sagerl.objective.compute_advantages` (GRPO, Dr.GRPO or BNPO), DAPO's dynamic-sampling keep-mask,
-  and, when the guide reads the reference policy, the reference entropies.
+  :func:`sagerl.objective.compute_advantages` (GRPO, Dr.GRPO or BNPO) on the rewards of every process,
+  DAPO's dynamic-sampling keep-mask, the global token and sequence counts that normalise the loss, and,
+  when the guide reads the reference policy, the reference entropies.
 - ``_get_per_token_logps_and_entropies``: only to keep the reference entropies of the reference forward
   pass that TRL already runs (no extra forward pass).
 - ``_compute_loss``: the policy forward pass (TRL's fused LM head gives log-probs *and* entropies at once),
   the guide q, then :func:`sagerl.objective.sage_loss`.
+
+Under N processes (DDP, DeepSpeed) the loss and gradient of an optimizer step equal those of one process
+on the same global batch, guide noise included (tests/train/multiprocess).
 
 TRL internals this relies on are checked by tests/train/test_trl_contract.py, which fails loudly if a TRL
 upgrade changes them.
@@ -19,7 +23,6 @@ upgrade changes them.
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields, replace
 
 import torch
@@ -27,6 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from sagerl.errors import ConfigError
+from sagerl.eval.samplers import sample_seed
 from sagerl.objective import (
     GuideParams,
     compute_advantages,
@@ -39,7 +43,10 @@ from sagerl.objective import (
 )
 from sagerl.train.config import SAGEConfig
 
-GUIDE_RNG_FILE = "sage_guide_rng.pt"
+
+def _draws_noise(guide: str, params: GuideParams) -> bool:
+    """Whether ``guide`` draws random numbers (the random guide; the token guide with σ > 0)."""
+    return guide == "random" or (guide == "token" and params.sigma > 0)
 
 
 def as_sage_config(args: GRPOConfig | None, model_name: str = "model") -> SAGEConfig:
@@ -116,7 +123,6 @@ class SAGETrainer(GRPOTrainer):
             )
         self.teacher_model = self._load_teacher(args) if args.guide == "teacher" else None
         self._guide_params = args.guide_params
-        self._guide_generator = torch.Generator(device=self.accelerator.device).manual_seed(args.seed)
         self._guide_schedule = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
         self._ref_entropies: torch.Tensor | None = None
@@ -223,10 +229,15 @@ class SAGETrainer(GRPOTrainer):
         output["advantages"] = advantages[start : start + local]
         local_keep = keep[start : start + local]
         output["sage_keep"] = local_keep.to(output["completion_mask"].dtype)
-        if self.args.dynamic_sampling:
-            loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
-            kept_tokens = (loss_mask * output["sage_keep"].unsqueeze(1)).sum()
-            output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
+        # Loss tokens and sequences with loss tokens in the generation batch of every process: the
+        # normalisers of the loss (see _loss_normalization). Each row's index in that global batch keys
+        # its guide noise (see _guide).
+        loss_mask = output["completion_mask"] * output.get("tool_mask", 1) * output["sage_keep"].unsqueeze(1)
+        counts = torch.stack([loss_mask.sum(), (loss_mask.sum(dim=1) > 0).sum()])
+        output["num_items_in_batch"], output["sage_num_seqs"] = (
+            self.accelerator.gather(counts).view(-1, 2).sum(dim=0)
+        )
+        output["sage_rows"] = torch.arange(start, start + local, device=loss_mask.device)
         if self._wants_ref_entropy and self._ref_entropies is not None:
             output["ref_entropies"] = self._ref_entropies
         if self.teacher_model is not None:
@@ -262,18 +273,67 @@ class SAGETrainer(GRPOTrainer):
             p, gamma=p.gamma * s, alpha=p.alpha * s, sigma=p.sigma * s, random_sigma=p.random_sigma * s
         )
 
-    def _loss_normalization(self, inputs, mode: str) -> tuple[float | torch.Tensor | None, float]:
-        """(num_tokens for token-mean, divisor for the other modes), as TRL normalises each loss type."""
+    def _loss_normalization(
+        self, inputs, mode: str, mask: torch.Tensor
+    ) -> tuple[torch.Tensor | None, float | torch.Tensor]:
+        """(num_tokens for token-mean, divisor of the aggregated loss) for a (B, T) loss ``mask``.
+
+        The loss of an optimizer step does not depend on how its rows are split into processes and
+        micro-batches (DDP averages the gradients of the processes, accumulation sums the micro-batches):
+
+        - token-mean (DAPO) divides by the loss tokens of the optimizer step, of every process, as TRL's
+          ``dapo`` loss type;
+        - the sequence-level modes average over the sequences that have loss tokens: a micro-batch's mean
+          over its own n such sequences is scaled by n / (the optimizer step's sequences per process and
+          micro-batch), so rows that dynamic sampling dropped (or empty completions) do not weigh up the
+          other rows of their micro-batch or process. Without such rows this divisor is the number of
+          accumulation steps, as in TRL.
+
+        TRL's ``bnpo`` loss type (no ``loss_agg_mode``) stays what TRL means by it: a token mean per
+        micro-batch.
+        """
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        agg = self.args.resolved_loss_agg_mode
-        local_token_mean = self.args.loss_agg_mode is None and self.loss_type == "bnpo"
-        if agg == "token-mean" and not local_token_mean:
-            # DAPO: normalise by the tokens of the whole accumulated generation batch, per optimizer step
-            tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                tokens = tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return tokens, 1.0
-        return None, accumulation
+        if self.args.loss_agg_mode is None and self.loss_type == "bnpo":
+            return None, accumulation
+        # the share of the generation batch's counts that falls to one micro-batch of one process
+        share = accumulation / self.accelerator.num_processes
+        if mode == "train":
+            share = share / self.args.steps_per_generation
+        if self.args.resolved_loss_agg_mode == "token-mean":
+            return inputs["num_items_in_batch"].clamp(min=1.0) * share, 1.0
+        local_seqs = (mask.sum(dim=1) > 0).sum().clamp(min=1)
+        return None, inputs["sage_num_seqs"].clamp(min=1) * share / local_seqs
+
+    def _guide(self, mask: torch.Tensor, rows: torch.Tensor, **tensors) -> torch.Tensor | None:
+        """The guide q, (B, T) and detached, of a micro-batch (:func:`sagerl.objective.compute_guide`).
+
+        Args:
+            mask: (B, T) loss mask. rows: (B,) each row's index in the global generation batch.
+            tensors: the (B, T) inputs of ``compute_guide`` (entropy, logp, ...), or None.
+
+        A guide that draws random numbers (random; token with σ > 0) draws them row by row, each row from a
+        generator seeded by (seed, optimizer step, its global row index), at the fixed width
+        ``max_completion_length``. A row's noise is then its own: independent of the other rows (the
+        processes do not repeat each other's noise), of the number of processes, of the micro-batch it
+        lands in and of its padding; N processes compute the q of 1 process on the same global batch, and
+        a resumed run draws what an uninterrupted run would.
+        """
+        name, params = self.args.guide, self._scheduled_guide_params()
+        if not _draws_noise(name, params):
+            return compute_guide(name, mask, params, **tensors)
+        length = mask.shape[1]
+        width = max(length, self.max_completion_length or 0)
+
+        def row(x: torch.Tensor | None, i: int) -> torch.Tensor | None:
+            return None if x is None else torch.nn.functional.pad(x[i : i + 1], (0, width - length))
+
+        q = []
+        for i, index in enumerate(rows.tolist()):
+            seed = sample_seed(self.args.seed, "guide", self.state.global_step, index)
+            generator = torch.Generator(device=mask.device).manual_seed(seed)
+            given = {key: row(value, i) for key, value in tensors.items()}
+            q.append(compute_guide(name, row(mask, i), params, generator=generator, **given)[:, :length])
+        return torch.cat(q)
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
@@ -306,17 +366,15 @@ class SAGETrainer(GRPOTrainer):
         )
         ref_logps = inputs.get("ref_per_token_logps")
         from_reference = self.args.guide_entropy_source == "reference"
-        q = compute_guide(
-            self.args.guide,
+        q = self._guide(
             mask,
-            self._scheduled_guide_params(),
+            inputs["sage_rows"],
             entropy=inputs.get("ref_entropies") if from_reference else entropies,
             logp=ref_logps if from_reference else logps,
             ref_logp=ref_logps,
             teacher_logp=inputs.get("teacher_logps"),
-            generator=self._guide_generator,
         )
-        num_tokens, divisor = self._loss_normalization(inputs, mode)
+        num_tokens, divisor = self._loss_normalization(inputs, mode, mask)
         importance = inputs.get("importance_sampling_ratio") if self.use_vllm else None
         out = sage_loss(
             logps,
@@ -376,17 +434,3 @@ class SAGETrainer(GRPOTrainer):
             m["q/frac_above_1"].append(global_mean((q > 1.0).float()))
             m["q/frac_below_1"].append(global_mean((q < 1.0).float()))
             m["guide/strength"].append(self._guide_strength())
-
-    # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            torch.save(self._guide_generator.get_state(), os.path.join(folder, GUIDE_RNG_FILE))
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            path = os.path.join(checkpoint, GUIDE_RNG_FILE)
-            if os.path.exists(path):
-                self._guide_generator.set_state(torch.load(path, weights_only=True))
