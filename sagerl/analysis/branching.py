@@ -123,49 +123,115 @@ def _problems(
 
 
 def _entropy(logits, temperature: float):
-    """(..., V) logits -> (...) entropy in nats of softmax(logits / temperature), in float32."""
+    """(..., V) logits -> (...) entropy in nats of p = softmax(logits / temperature), computed in float32 as
+    H = log Z − Σ_v p_v z_v with z shifted by its max (stable; one exp pass over the vocabulary)."""
     import torch
 
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    z = z - z.amax(dim=-1, keepdim=True)
+    e = torch.exp(z)
+    total = e.sum(dim=-1)
+    return torch.log(total) - (e * z).sum(dim=-1) / total
+
+
+_HEAD_CHUNK = 32
+"""Positions per output-embedding product: a chunk's logits (chunk x vocabulary floats) stay in the CPU
+cache for the entropy passes, which is ~3.5x faster than 256 positions at a time."""
+
+
+def _call(model, **kwargs):
+    """A forward pass that keeps the logits of the last position only, when the model supports it."""
+    try:
+        return model(**kwargs, logits_to_keep=1)
+    except TypeError:  # models without logits_to_keep
+        return model(**kwargs)
 
 
 def completion_entropies(
-    model, sequences: Sequence[tuple[list[int], list[int]]], temperature: float, pad_id: int
-):
-    """H_t at the completion tokens of a batch of (prompt ids, completion ids), in one forward pass.
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    rows: Sequence[tuple[int, Sequence[int]]],
+    temperature: float,
+    pad_id: int,
+) -> list:
+    """H_t at every completion token of a batch, in one prefill and one batched forward pass.
 
-    Rows are LEFT padded, so every completion ends at the last position and the logits of the last
-    max-completion-length + 1 positions hold every row's predictions (``logits_to_keep``).
+    Args:
+        model: a causal LM. prompts: the distinct prompts of the batch (token ids); each is prefilled once.
+        rows: (prompt index, completion token ids), one per completion; completions are non-empty.
+        temperature: softmax temperature. pad_id: the padding token id.
+
+    Prompts are LEFT padded and prefilled together; the prefill's last-position logits give H at each
+    completion's first token. The cache is then expanded to one row per completion (the samples of a
+    problem share their prompt's prefill) and the completions, RIGHT padded, go through one forward pass;
+    the final hidden states times the output embeddings give the logits at each completion's own
+    positions only (no padding, at most ``_HEAD_CHUNK`` positions at a time).
 
     Returns:
-        list of (T_i,) float32 tensors (CPU), T_i the completion lengths.
+        one (T_i,) float32 CPU tensor per row, T_i its completion length.
+
+    Raises:
+        SagerlError: the model transforms its logits after the output embeddings (e.g. soft-capping), which
+            this fast path cannot reproduce (checked on every batch).
     """
     import torch
 
     device = next(model.parameters()).device
-    lengths = [len(p) + len(c) for p, c in sequences]
-    width = max(lengths)
-    keep = max(len(c) for _, c in sequences) + 1
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, (p, c) in enumerate(sequences):
-        row = p + c
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row) :] = 1
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp_(min=0)
+    out: list = []
     with torch.inference_mode():
-        kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device))
-        try:
-            logits = model(**kwargs, logits_to_keep=keep).logits
-        except TypeError:  # models without logits_to_keep
-            logits = model(**kwargs).logits
-        logits = logits[:, -keep:]
-        out = []
-        for i, (_, c) in enumerate(sequences):
-            # position width-len(c)-1+j predicts completion token j; in the kept window: keep-1-len(c)+j
-            rows = logits[i, keep - 1 - len(c) : keep - 1]
-            out.append(_entropy(rows, temperature).cpu())
+        pre = _call(
+            model,
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=pos.to(device),
+            use_cache=True,
+        )
+        first = _entropy(pre.logits[:, -1], temperature).cpu()  # (S,): H at each completion's first token
+        out = [first[slot : slot + 1] for slot, _ in rows]
+        steps = max(len(c) for _, c in rows) - 1  # inputs: every completion token but the last
+        if steps == 0:
+            return out
+        expand = torch.tensor([slot for slot, _ in rows], device=device)
+        cache = pre.cache if getattr(pre, "cache", None) is not None else pre.past_key_values
+        cache.batch_select_indices(expand)
+        comp = torch.full((len(rows), steps), pad_id, dtype=torch.long)
+        comp_mask = torch.zeros((len(rows), steps), dtype=torch.long)
+        for r, (_, c) in enumerate(rows):
+            comp[r, : len(c) - 1] = torch.tensor(list(c[:-1]), dtype=torch.long)
+            comp_mask[r, : len(c) - 1] = 1
+        full_mask = torch.cat([mask.to(device).index_select(0, expand), comp_mask.to(device)], dim=-1)
+        comp_pos = pos.to(device).index_select(0, expand)[:, -1:] + 1 + torch.arange(steps, device=device)
+        res = _call(
+            model,
+            input_ids=comp.to(device),
+            attention_mask=full_mask,
+            position_ids=comp_pos,
+            cache=cache,
+            output_hidden_states=True,
+        )
+        hidden = res.hidden_states[-1]  # (B, steps, H), after the final norm
+        head = model.get_output_embeddings()
+        if not torch.allclose(head(hidden[:, -1]).float(), res.logits[:, -1].float(), rtol=1e-3, atol=1e-3):
+            raise SagerlError(
+                "this model transforms its logits after the output embeddings (logit scaling or soft-capping); "
+                "branching re-scoring does not support it"
+            )
+        for r, (_, c) in enumerate(rows):
+            h = hidden[r, : len(c) - 1]
+            parts = [
+                _entropy(head(h[i : i + _HEAD_CHUNK]), temperature).cpu()
+                for i in range(0, len(h), _HEAD_CHUNK)
+            ]
+            out[r] = torch.cat([out[r], *parts])
     return out
 
 
@@ -183,17 +249,21 @@ def rescore(
 ) -> list[Rescored]:
     """Per-token entropy H_t and branch-guide q_t of a run's completions under ``model``.
 
+    Completions are processed in batches of ``batch_size`` (:func:`completion_entropies`): the samples of
+    one problem stay together so that they share one prefill of their prompt, and problems are taken in
+    order of prompt length to limit padding.
+
     Args:
         run: the eval run.
         model: a loaded causal LM (``sagerl.models.load_model``). tokenizer: its tokenizer.
         guide: ``{"gamma", "tau", "q_min", "q_max"}`` (:func:`guide_settings`).
         temperature: softmax temperature; default the eval's (1 when it was greedy).
-        batch_size: completions per forward pass (sorted by length to limit padding).
+        batch_size: completions per forward pass.
         limit: only the first ``limit`` problems of each dataset.
         data_dir, dataset_files: where the problems are (named sets; or dataset name -> JSONL path).
 
     Returns:
-        the re-scored completions, in the run's order.
+        the re-scored completions in the run's order (empty completions, with no token at all, left out).
 
     Raises:
         SagerlError: a dataset's problems cannot be loaded. ConfigError: batch_size < 1.
@@ -213,7 +283,8 @@ def rescore(
     add_special = not getattr(tokenizer, "chat_template", None)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    items: list[tuple[dict[str, Any], list[int], list[int]]] = []
+    prompts: list[list[int]] = []  # one per problem
+    items: list[tuple[dict[str, Any], int, list[int]]] = []  # (record, prompt index, completion ids)
     for ds in run.datasets:
         few = run.few_shot.get(ds)
         if few is None:
@@ -222,20 +293,24 @@ def rescore(
             few = default_few_shot(ds)
         for pid in run.problem_ids[ds][:limit]:
             p = problems[ds][pid]
-            prompt = tokenizer(
-                render_prompt(tokenizer, p, few_shot=few, kind=p.kind), add_special_tokens=add_special
-            )
+            text = render_prompt(tokenizer, p, few_shot=few, kind=p.kind)
+            prompts.append(list(tokenizer(text, add_special_tokens=add_special)["input_ids"]))
             for rec in run.records[ds][pid]:
-                comp = tokenizer(rec.get("text", ""), add_special_tokens=False)["input_ids"]
+                comp = list(tokenizer(rec.get("text", ""), add_special_tokens=False)["input_ids"])
                 if rec.get("finish_reason") == "stop" and eos is not None:
-                    comp = [*comp, eos]
+                    comp.append(eos)
                 if comp:
-                    items.append((rec, list(prompt["input_ids"]), list(comp)))
-    order = sorted(range(len(items)), key=lambda i: len(items[i][1]) + len(items[i][2]))
+                    items.append((rec, len(prompts) - 1, comp))
+    order = sorted(
+        range(len(items)), key=lambda i: (len(prompts[items[i][1]]), items[i][1], len(items[i][2]))
+    )
     results: list[Rescored | None] = [None] * len(items)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        ents = completion_entropies(model, [(items[i][1], items[i][2]) for i in idx], temperature, pad)
+        slots: dict[int, int] = {}
+        rows = [(slots.setdefault(items[i][1], len(slots)), items[i][2]) for i in idx]
+        batch_prompts = [prompts[k] for k in slots]
+        ents = completion_entropies(model, batch_prompts, rows, temperature, pad)
         width = max(len(e) for e in ents)
         h = torch.zeros((len(idx), width))
         m = torch.zeros((len(idx), width), dtype=torch.bool)
