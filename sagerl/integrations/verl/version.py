@@ -7,7 +7,7 @@ from packaging.version import InvalidVersion, Version
 
 from sagerl.errors import ConfigError
 
-TESTED_VERL = SpecifierSet(">=0.9.1,<0.10")
+TESTED_VERL = ">=0.9.1,<0.10"
 """Versions accepted: the 0.9 series from 0.9.1 (CI runs 0.9.1 and checks the internals the plugin relies on,
 tests/integrations/verl/test_verl_contract.py)."""
 
@@ -26,7 +26,7 @@ def check_verl_version(version: str | None = None) -> str:
 
         version = verl.__version__
     try:
-        ok = Version(version) in TESTED_VERL
+        ok = Version(version) in SpecifierSet(TESTED_VERL)
     except InvalidVersion:
         ok = False
     if not ok:
