@@ -334,13 +334,19 @@ def grade(
     ``kind="math"``: :func:`is_correct` with its default 5 s limit; the answer read is
     :func:`~sagerl.grading.extract_answer`. ``kind="kk"``: :func:`~sagerl.grading.kk_is_correct`; the answer
     read is the roles the final answer states, written as "Name is a knight, Name is a knave".
+    ``kind="exact"``: the answer read is :func:`~sagerl.grading.extract_answer`, correct only when it equals
+    ``answer`` character for character (after stripping white space): for synthetic tasks whose answers
+    have one spelling, such as the planted-strategy task; no math-verify, so it costs microseconds.
 
     Raises:
-        ValueError: ``kind`` is neither "math" nor "kk".
+        ValueError: ``kind`` is not "math", "kk" or "exact".
     """
+    if kind == "exact":
+        pred = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
+        return pred, pred is not None and pred == answer.strip()
     if kind == "math":
         pred = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
         return pred, pred is not None and answers_match(pred, answer)
     if kind == "kk":
         return kk_extract(completion, answer), kk_is_correct(completion, answer)
-    raise ValueError(f"unknown grading kind {kind!r}: expected 'math' or 'kk'")
+    raise ValueError(f"unknown grading kind {kind!r}: expected 'math', 'kk' or 'exact'")

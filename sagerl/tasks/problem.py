@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("math", "kk")
-"""Grading kinds: "math" (math-verify on the last ``\\boxed{}``) and "kk" (Knights-and-Knaves roles)."""
+KINDS = ("math", "kk", "exact")
+"""Grading kinds: "math" (math-verify on the last ``\\boxed{}``), "kk" (Knights-and-Knaves roles) and
+"exact" (the last ``\\boxed{}`` equals the answer character for character; synthetic tasks)."""
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class Problem:
         problem: the statement, as in the source (LaTeX kept), without any prompt template.
         answer: the reference answer, as it would stand inside ``\\boxed{}`` (for "kk": "A is a knight, ...").
         dataset: the registry name (``"aime24"``), or the file stem for a JSONL path.
-        kind: which grader applies: "math" or "kk".
+        kind: which grader applies: "math", "kk" or "exact".
         meta: the other fields of the source row (level, subject, names...); not part of equality or hash.
     """
 

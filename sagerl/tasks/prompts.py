@@ -1,8 +1,13 @@
 """Prompts: chat messages for a problem, with optional worked examples, and their rendering.
 
-The user turn is the problem text, a newline, and the instruction (:data:`PROMPT_SUFFIX` for math,
-:data:`KK_PROMPT_SUFFIX` for Knights and Knaves). Worked examples come first, as earlier user/assistant
-turns whose answers end in ``\\boxed{...}``; the tiny embedded model needs them to answer in a box.
+Two prompt formats (:data:`PROMPT_FORMATS`):
+
+- ``"chat"`` (every math and logic set): the user turn is the problem text, a newline, and the instruction
+  (:data:`PROMPT_SUFFIX` for math, :data:`KK_PROMPT_SUFFIX` for Knights and Knaves). Worked examples come
+  first, as earlier user/assistant turns whose answers end in ``\\boxed{...}``; the tiny embedded model
+  needs them to answer in a box.
+- ``"raw"`` (synthetic tasks whose model was trained on bare problems, such as the planted-strategy task):
+  the prompt is the problem text itself, with no template, instruction or examples.
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ __all__ = [
     "ARITHMETIC_EXAMPLES",
     "KK_EXAMPLES",
     "KK_PROMPT_SUFFIX",
+    "PROMPT_FORMATS",
     "PROMPT_SUFFIX",
     "build_messages",
+    "build_prompt",
     "render_prompt",
 ]
+
+PROMPT_FORMATS = ("chat", "raw")
 
 PROMPT_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 KK_PROMPT_SUFFIX = (
@@ -109,19 +118,44 @@ def build_messages(
     return messages
 
 
+def build_prompt(
+    problem: Problem | str, *, few_shot: int = 0, kind: str | None = None, prompt_format: str = "chat"
+) -> list[dict[str, str]] | str:
+    """The prompt as TRL takes it: chat messages (:func:`build_messages`) for ``"chat"``, the bare problem
+    text for ``"raw"``.
+
+    Raises:
+        ValueError: an unknown format, worked examples asked for with ``"raw"``, or as :func:`build_messages`.
+    """
+    if prompt_format == "chat":
+        return build_messages(problem, few_shot=few_shot, kind=kind)
+    if prompt_format == "raw":
+        if few_shot:
+            raise ValueError(f"the raw prompt format takes no worked examples, got few_shot={few_shot}")
+        return problem.problem if isinstance(problem, Problem) else problem
+    raise ValueError(f"unknown prompt format {prompt_format!r}: expected one of {PROMPT_FORMATS}")
+
+
 def render_prompt(
-    tokenizer: Any, problem: Problem | str, *, few_shot: int = 0, kind: str | None = None
+    tokenizer: Any,
+    problem: Problem | str,
+    *,
+    few_shot: int = 0,
+    kind: str | None = None,
+    prompt_format: str = "chat",
 ) -> str:
-    """The prompt text for a model: :func:`build_messages` rendered with the tokenizer's chat template.
+    """The prompt text for a model: :func:`build_prompt`, with chat messages rendered by the tokenizer.
 
     ``tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`` when the tokenizer
     has a chat template; otherwise plain text, one "Question: ...\\nAnswer: ..." block per turn pair, ending
-    with "Answer:".
+    with "Answer:". A ``"raw"`` prompt is the problem text as it is.
 
     Raises:
-        ValueError: as :func:`build_messages`.
+        ValueError: as :func:`build_prompt`.
     """
-    messages = build_messages(problem, few_shot=few_shot, kind=kind)
+    messages = build_prompt(problem, few_shot=few_shot, kind=kind, prompt_format=prompt_format)
+    if isinstance(messages, str):
+        return messages
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     blocks = []

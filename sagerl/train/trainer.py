@@ -135,9 +135,13 @@ class SAGETrainer(GRPOTrainer):
         """
         from transformers import AutoModelForCausalLM
 
+        from sagerl.models import resolve_model
+
         policy = self.accelerator.unwrap_model(self.model)
         try:
-            teacher = AutoModelForCausalLM.from_pretrained(args.teacher_model, dtype=policy.dtype)
+            teacher = AutoModelForCausalLM.from_pretrained(
+                resolve_model(args.teacher_model), dtype=policy.dtype
+            )
         except Exception as exc:
             raise ConfigError(f"teacher_model {args.teacher_model!r} does not load: {exc}") from exc
         if teacher.config.vocab_size != policy.config.vocab_size:
