@@ -1,6 +1,8 @@
 """The pieces the verl recipes use: BNPO as verl's advantage estimator, sagerl's grader as verl's reward
 function, and sagerl's data sets as verl's parquet files."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -59,10 +61,14 @@ def test_parquet_rows_in_verls_layout(tmp_path):
     )
 
 
-def test_data_command_writes_named_sets(tmp_path, capsys):
-    assert main(["aime24", "--out", str(tmp_path), "--limit", "3"]) == 0
-    frame = pd.read_parquet(tmp_path / "aime24.parquet")
-    assert len(frame) == 3 and set(frame["data_source"]) == {"aime24"}
+def test_data_command_writes_each_set(tmp_path):
+    source = tmp_path / "toy_set.jsonl"
+    rows = [{"id": f"t{i}", "problem": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(5)]
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main([str(source), "--out", str(tmp_path / "out"), "--limit", "3"]) == 0
+    frame = pd.read_parquet(tmp_path / "out" / "toy_set.parquet")
+    assert len(frame) == 3 and list(frame["data_source"]) == ["toy_set"] * 3
+    assert [r["ground_truth"] for r in frame["reward_model"]] == ["0", "2", "4"]
     with pytest.raises(SystemExit) as exit_info:
-        main(["no_such_set", "--out", str(tmp_path)])
+        main([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path)])
     assert exit_info.value.code == 2

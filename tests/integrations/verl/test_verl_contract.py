@@ -1,0 +1,112 @@
+"""The verl internals the SAGE plugin relies on. If a verl upgrade changes one, this fails loudly and names it."""
+
+import importlib.util
+import inspect
+import re
+from pathlib import Path
+
+import verl
+from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_policy_loss
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+from verl.utils.config import validate_config
+from verl.workers.config import ActorConfig, PolicyLossConfig
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.utils import losses
+
+from sagerl.integrations.verl.worker import SAGETrainingWorker
+
+PINNED_VERL = "0.9.1"
+
+
+def _module_source(name: str) -> str:
+    """A verl module's source, read without importing it (the FSDP engine picks its device at import)."""
+    return Path(importlib.util.find_spec(name).origin).read_text()
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def test_verl_version_is_the_pinned_one():
+    assert verl.__version__ == PINNED_VERL, (
+        f"sagerl's verl plugin was written and tested against verl {PINNED_VERL}, found {verl.__version__}: "
+        "rerun this module's checks and tests/integrations/verl before widening TESTED_VERL"
+    )
+
+
+def test_the_one_replaced_name():
+    # the plugin swaps this class attribute, and only when it still holds verl's own TrainingWorker
+    assert ActorRolloutRefWorker.actor_worker_cls is SAGETrainingWorker
+    assert SAGETrainingWorker.__bases__ == (TrainingWorker,)
+    init_model = inspect.getsource(ActorRolloutRefWorker.init_model)
+    assert "self.actor = self.actor_worker_cls(config=actor_training_config)" in init_model
+    assert "partial(ppo_loss, config=actor_config)" in init_model
+    assert "self.actor.set_loss_fn(self.loss_fn)" in init_model
+    assert init_model.index("omega_conf_to_dataclass(self.config.actor)") < init_model.index(
+        "self.actor_worker_cls("
+    )
+    assert _params(TrainingWorker.set_loss_fn) == ["self", "loss_fn"]
+    assert "self.actor.set_loss_fn(loss_fn=loss_fn)" in inspect.getsource(ActorRolloutRefWorker.set_loss_fn)
+    assert "self.loss_fn = loss_fn" in inspect.getsource(TrainingWorker.set_loss_fn)
+    assert "loss_function=self.loss_fn" in inspect.getsource(TrainingWorker.train_batch)
+
+
+def test_the_loss_function_contract():
+    assert _params(losses.ppo_loss) == ["config", "model_output", "data", "dp_group"]
+    source = inspect.getsource(losses.ppo_loss)
+    for piece in (
+        'no_padding_2_padding(model_output["log_probs"], data)',
+        'model_output.get("entropy", None)',
+        'config.global_batch_info["dp_size"] = data["dp_size"]',
+        'config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]',
+        'config.global_batch_info["global_batch_size"] = data["global_batch_size"]',
+        '"response_mask", "old_log_probs", "advantages"',
+        '"rollout_is_weights"',
+        '"ref_log_prob"',
+        "AggregationType.SUM",
+        "config.kl_loss_coef",
+    ):
+        assert piece in source, piece
+    # the engine calls the loss with keywords and sums micro-batch losses normalised by the global sizes
+    engine = _module_source("verl.workers.engine.fsdp.transformer_impl")
+    assert re.search(r"loss_function\(\s*model_output=model_output,\s*data=", engine)
+    assert 'batch_num_tokens = data["loss_mask"].sum()' in engine
+    assert _params(agg_loss)[:7] == [
+        "loss_mat",
+        "loss_mask",
+        "loss_agg_mode",
+        "dp_size",
+        "batch_num_tokens",
+        "global_batch_size",
+        "loss_scale_factor",
+    ]
+
+
+def test_config_contract():
+    # SAGE's fields ride on PolicyLossConfig, selected by _target_, and are built in the driver at start-up
+    assert "policy_loss" in {f for f in ActorConfig.__dataclass_fields__}
+    assert "loss_mode" in PolicyLossConfig.__dataclass_fields__
+    assert "omega_conf_to_dataclass(config.actor_rollout_ref.actor)" in inspect.getsource(validate_config)
+    for field in (
+        "calculate_entropy",
+        "use_kl_loss",
+        "kl_loss_coef",
+        "kl_loss_type",
+        "entropy_coeff",
+        "clip_ratio_c",
+    ):
+        assert field in ActorConfig.__dataclass_fields__, field
+    # the trainer computes entropies in the update's forward pass only when calculate_entropy is set
+    update = inspect.getsource(PPOTrainer._update_actor)
+    assert '"calculate_entropy": calculate_entropy' in update
+    assert "actor.calculate_entropy" in update
+
+
+def test_registries_the_plugin_uses():
+    assert _params(register_policy_loss) == ["name"]
+    assert _params(register_adv_est) == ["name_or_enum"]
+    advantage = _module_source("verl.trainer.ppo.ray_trainer")
+    assert '"token_level_rewards": data.batch["token_level_rewards"]' in advantage
+    assert 'adv_kwargs["index"] = data.non_tensor_batch["uid"]' in advantage
+    plugins = inspect.getsource(verl)
+    assert 'entry_points(group="verl.plugins")' in plugins
