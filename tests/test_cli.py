@@ -129,3 +129,20 @@ def test_the_cli_installs_the_filters_and_shows_other_warnings() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "a warning users must see" in proc.stderr
     assert "pin_memory" not in proc.stderr and "gradient_checkpointing" not in proc.stderr
+
+
+def test_compare_writes_a_plot_only_with_out(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 9, fault 8: ``compare`` wrote compare.png into the current folder; now only ``--out`` writes."""
+    from test_eval_run import fabricate_run  # tests/ is on sys.path (pytest rootdir import)
+
+    a = fabricate_run(tmp_path / "base", 4, {"arith": 0.1})
+    b = fabricate_run(tmp_path / "sage", 4, {"arith": 0.2})
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    main(["compare", str(a), str(b)])
+    assert list(cwd.iterdir()) == []
+    assert "--out FILE.png" in capsys.readouterr().out
+    main(["compare", str(a), str(b), "--out", "cmp.png"])
+    assert (cwd / "cmp.png").stat().st_size > 1000
+    assert "plot: cmp.png" in capsys.readouterr().out

@@ -5,15 +5,17 @@ Named sets (:data:`DATASETS`): evaluation sets ``math500``, ``aime24``, ``aime25
 ``arith_train``. Files follow the data README: one JSON object per line with ``id``, ``problem`` and
 ``answer`` (other fields go to :attr:`Problem.meta`).
 
-The hub sources recorded here (:class:`HubSource`) are plausible mappings from the public dataset cards;
-they are untested, because the machine this was written on has no access to the hub. Local files are the
-tested path.
+The hub sources recorded here (:class:`HubSource`) follow the public dataset cards and the loaders of the
+projects that publish them; they are tested against small fake datasets of those schemas (the machine
+this was written on has no access to the hub). A split whose columns differ from its mapping is refused
+at load, in one line naming the set, the missing column and the columns it has.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,9 +61,11 @@ class HubSource:
     Attributes:
         path, config, data_files: arguments of ``datasets.load_dataset``.
         splits: splits to load and concatenate, in order.
-        problem, answer, id: column names (``id=None``: ids are ``"<set>-<split>-<row>"``).
+        problem, answer, id: column names (``id=None``: ids are ``"<set>-<split>-<row>"``); ``answer`` may be
+            a dotted path into a dict column (``"extra_info.answer"``).
+        answer_fallback: where to read the answer when ``answer`` is empty in a row (None: nowhere).
         answer_from: "field" (the column as is; a float such as ``27.0`` becomes ``"27"``), "after_hashes"
-            (the text after ``####``, thousands commas removed: GSM8K), or "last_boxed" (the last
+            (the text after ``####``, thousands commas removed: GSM8K), or "last_boxed" (the final
             ``\\boxed{}`` of a worked solution: MATH).
     """
 
@@ -73,6 +77,7 @@ class HubSource:
     config: str | None = None
     data_files: str | None = None
     answer_from: str = "field"
+    answer_fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,8 @@ DATASETS: dict[str, DatasetSpec] = {
                 "hkust-nlp/SimpleRL-Zoo-Data",
                 splits=("train",),
                 problem="question",
+                answer="gt_answer",  # as SimpleRL-Zoo's own loaders read it; some read extra_info["answer"]
+                answer_fallback="extra_info.answer",
                 data_files="simplelr_qwen_level3to5/train.parquet",
             ),
             train=True,
@@ -404,30 +411,79 @@ def _hub_answer(value: Any, how: str) -> str | None:
     return text.strip()
 
 
+def _at(row: dict[str, Any], path: str) -> Any:
+    """The value at a column or a dotted path into a dict column (``"extra_info.answer"``); None if absent."""
+    value: Any = row
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _check_columns(spec: DatasetSpec, split: str, rows: Any) -> None:
+    """Refuse, at load, a hub split whose columns are not those the mapping reads.
+
+    Raises:
+        DataError: one line naming the set, the missing column(s) and the columns the split has.
+    """
+    hub = spec.hub
+    assert hub is not None
+    columns = getattr(rows, "column_names", None)
+    if columns is None:  # a plain list of rows
+        columns = list(rows[0]) if len(rows) else []
+    answers = [p.split(".", 1)[0] for p in (hub.answer, hub.answer_fallback) if p]
+    missing = [f"'{c}'" for c in (hub.problem, hub.id) if c and c not in columns]
+    if not any(c in columns for c in answers):
+        missing.append(" or ".join(f"'{c}'" for c in dict.fromkeys(answers)) + " (the answer)")
+    if missing:
+        raise DataError(
+            f"hub set {spec.name!r} ({hub.path}, split {split}) has no column {', '.join(missing)}; "
+            f"its columns are: {', '.join(columns) or 'none'}"
+        )
+
+
 def _load_hub(spec: DatasetSpec, limit: int | None) -> list[Problem]:
-    """Load a named set from the hub with ``datasets.load_dataset``. Raises whatever the hub client raises."""
+    """Load a named set from the hub with ``datasets.load_dataset``, mapped by its :class:`HubSource`.
+
+    Rows without an answer or a problem are dropped, with their count in a warning.
+
+    Raises:
+        DataError: a split lacks a column the mapping reads (see :func:`_check_columns`). Anything the hub
+            client raises (connection, not found) passes through.
+    """
     from datasets import load_dataset
 
     hub = spec.hub
     assert hub is not None
     problems: list[Problem] = []
+    dropped = seen = 0
     for split in hub.splits:
         rows = load_dataset(hub.path, hub.config, split=split, data_files=hub.data_files)
+        _check_columns(spec, split, rows)
         for index, row in enumerate(rows):
             if limit is not None and len(problems) >= limit:
-                return problems
-            where = f"{hub.path} ({split}) row {index}"
-            answer = _hub_answer(row.get(hub.answer), hub.answer_from)
+                break
+            seen += 1
+            answer = _hub_answer(_at(row, hub.answer), hub.answer_from)
+            if not answer and hub.answer_fallback:
+                answer = _hub_answer(_at(row, hub.answer_fallback), hub.answer_from)
             text = _scalar_text(row.get(hub.problem))
-            if not answer or not text:
-                raise DataError(
-                    f"{where}: field '{hub.answer if not answer else hub.problem}' is missing or empty"
-                )
+            if not answer or not text or not text.strip():
+                dropped += 1
+                continue
             pid = (
                 str(row[hub.id]) if hub.id and row.get(hub.id) is not None else f"{spec.name}-{split}-{index}"
             )
             meta = {k: v for k, v in row.items() if k not in (hub.problem, hub.answer)}
             problems.append(Problem(pid, text, answer.strip(), spec.name, spec.kind, meta))
+    if dropped:
+        where = hub.answer + (f" or {hub.answer_fallback}" if hub.answer_fallback else "")
+        warnings.warn(
+            f"{spec.name} ({hub.path}): dropped {dropped} of {seen} rows without an answer ({where}) or a "
+            f"problem ({hub.problem})",
+            stacklevel=3,
+        )
     return problems
 
 
@@ -448,14 +504,15 @@ def load_problems(
     2. a generated set (``arith``, ``arith_train``);
     3. the set's file (:attr:`DatasetSpec.file`) in ``data_dir``, then in ``$SAGERL_DATA_DIR``;
     4. unless ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``) is 1, the set's :class:`HubSource`
-       (untested here: this machine has no hub access).
+       (tested against fake datasets of the hub schemas; this machine has no hub access).
 
     The field names apply to JSONL files; hub sets use their recorded column mapping.
 
     Raises:
         DataError: the name is neither an existing ``.jsonl`` file nor a named set; a named set was found
             neither locally (the message lists the folders searched and how to give one: ``--data-dir`` or
-            ``SAGERL_DATA_DIR``) nor on the hub; a row is malformed (see :func:`read_jsonl`).
+            ``SAGERL_DATA_DIR``) nor on the hub; a row is malformed (see :func:`read_jsonl`); a hub split lacks
+            a column its mapping reads (one line: the set, the missing column, the columns it has).
         ValueError: ``limit`` is negative.
     """
     if limit is not None and limit < 0:

@@ -221,12 +221,11 @@ def build_dataset(settings: RunSettings):
 def checkpoint_is_complete(folder: Path) -> bool:
     """Whether ``checkpoint-N`` was written to the end: its ``trainer_state.json``, which the Trainer
     writes after the weights, optimizer, scheduler and RNG states, is whole JSON for step N."""
-    step = folder.name.rpartition("-")[2]
     try:
         state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(state, dict) and str(state.get("global_step")) == step
+    return isinstance(state, dict) and state.get("global_step") == checkpoint_step(folder)
 
 
 def last_checkpoint(output_dir: Path) -> Path | None:
@@ -361,14 +360,39 @@ def _train_in_folder(
     args = trainer_kwargs["args"]
     record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
     atomic_write_text(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
-    trainer = SAGETrainer(
-        **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
-    )
-    if not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(CompactProgressCallback())
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = out / "model"
-    trainer.save_model(str(final))
+    step = checkpoint_step(checkpoint) if checkpoint is not None else 0
+    if checkpoint is not None and 0 < args.max_steps <= step:
+        # Already trained (the run stopped while saving the final model, or is rerun): the Trainer would
+        # take one more step when resumed at max_steps, so the final model is the last checkpoint's.
+        export_checkpoint(checkpoint, final)
+    else:
+        trainer = SAGETrainer(
+            **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
+        )
+        if not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
+            trainer.add_callback(CompactProgressCallback())
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        trainer.save_model(str(final))
+        step = trainer.state.global_step
     trainer_kwargs["processing_class"].save_pretrained(str(final))
-    atomic_write_text(out / "train_state.json", json.dumps({"global_step": trainer.state.global_step}) + "\n")
+    atomic_write_text(out / "train_state.json", json.dumps({"global_step": step}) + "\n")
     return final
+
+
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "trainer_state.json")
+"""Files of a checkpoint that hold training state rather than the model (left out of ``model/``)."""
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The optimizer step a ``checkpoint-N`` folder was saved at (N)."""
+    return int(folder.name.rpartition("-")[2])
+
+
+def export_checkpoint(checkpoint: Path, final: Path) -> None:
+    """Make ``final`` a copy of ``checkpoint`` without its training state, replacing it atomically."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(*TRAINING_STATE_FILES))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)

@@ -1,0 +1,49 @@
+"""Suite-wide pytest hooks: after any run that includes fault-suite tests, the fault table.
+
+The table has one row per fault class of tests/faults/registry.py: the class, the behaviour sagerl
+guarantees, how many of its tests passed, and pass/FAIL. ``make test`` prints it after the whole suite;
+``python -m tests.faults`` runs only those tests.
+"""
+
+from __future__ import annotations
+
+from faults.registry import FAULT_CLASSES, classes_of  # tests/ is on sys.path (pytest rootdir import)
+
+_outcomes: dict[str, str] = {}  # node id -> "passed", "failed" or "skipped"
+
+
+def pytest_runtest_logreport(report) -> None:
+    if not classes_of(report.nodeid):
+        return
+    if report.failed:
+        _outcomes[report.nodeid] = "failed"
+    elif report.skipped:
+        _outcomes.setdefault(report.nodeid, "skipped")
+    elif report.when == "call":
+        _outcomes.setdefault(report.nodeid, "passed")
+
+
+def fault_table() -> list[str]:
+    """The fault table as Markdown lines (the README shows the same table)."""
+    lines = ["| fault class | behaviour | tests passed | result |", "|---|---|---|---|"]
+    for fault in FAULT_CLASSES:
+        ran = [_outcomes[n] for n in _outcomes if fault in classes_of(n)]
+        passed, failed, skipped = (ran.count(o) for o in ("passed", "failed", "skipped"))
+        result = "FAIL" if failed else ("pass" if passed else "not run")
+        count = f"{passed}/{len(ran)}" + (f" ({skipped} skipped)" if skipped else "")
+        lines.append(f"| {fault.name} | {fault.behaviour} | {count} | {result} |")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _outcomes:
+        return
+    terminalreporter.write_sep("=", "fault suite (python -m tests.faults)")
+    for line in fault_table():
+        terminalreporter.write_line(line)
+    results = [line.rsplit("|", 2)[1].strip() for line in fault_table()[2:]]
+    tests = len(_outcomes)
+    terminalreporter.write_line(
+        f"{len(results)} fault classes: {results.count('pass')} pass, {results.count('FAIL')} fail, "
+        f"{results.count('not run')} not run; {tests} tests"
+    )
