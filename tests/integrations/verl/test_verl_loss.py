@@ -129,7 +129,7 @@ def _expected(t, config, data, logp_values, log_q, estimator="k3", weights=None)
     )
 
 
-@pytest.mark.parametrize("guide", ["branch", "token", "none"])
+@pytest.mark.parametrize("guide", ["branch", "token", "branch_token", "none"])
 def test_loss_and_gradient_equal_sage_loss(guide):
     t = _padded()
     config = _actor(guide)
