@@ -26,6 +26,13 @@ def train_command(
         None, "--data-dir", help="Folder of the named sets (else $SAGERL_DATA_DIR)."
     ),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps."),
+    config_files: list[str] = typer.Option(
+        [],
+        "--config",
+        "-c",
+        help="YAML file of config keys (as --set takes), applied after the preset and before --set "
+        "(repeatable; e.g. recipes/trl/qwen2.5-math-7b.yaml).",
+    ),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -36,16 +43,25 @@ def train_command(
         None, "--resume/--no-resume", help="Resume from the last checkpoint (default: when one exists)."
     ),
     list_presets_: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
+    dry_run_: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check everything (config, model config and tokenizer, dataset), print the config.yaml "
+        "it would write, and exit without training.",
+    ),
 ) -> None:
     """Train a model with SAGE (or a baseline) on TRL; writes config.yaml, metrics.jsonl, checkpoints, model/."""
     from sagerl.train.presets import list_presets
-    from sagerl.train.run import parse_overrides, train
+    from sagerl.train.run import dry_run, parse_overrides, read_config_file, train
 
     if list_presets_:
         for name, description in list_presets().items():
             typer.echo(f"{name:14s} {description}")
         return
-    values = parse_overrides(overrides)
+    values: dict = {}
+    for path in config_files:
+        values.update(read_config_file(path))
+    values.update(parse_overrides(overrides))
     for key, value in (
         ("model", model),
         ("dataset", dataset),
@@ -54,5 +70,8 @@ def train_command(
     ):
         if value is not None:
             values[key] = value
+    if dry_run_:
+        typer.echo(dry_run(preset, values, output_dir), nl=False)
+        return
     final = train(preset, values, output_dir, resume=resume)
     typer.echo(f"model: {final}")

@@ -6,7 +6,7 @@ The run folder (``--output-dir``) holds:
   the defaults, the preset and the overrides (``trainer``, compared on resumption), and every field of
   the final ``SAGEConfig`` (``trainer_all_fields``);
 - ``metrics.jsonl``: one JSON line per optimizer step (see :class:`MetricsJSONLCallback`);
-- ``checkpoint-N/``: HF checkpoints with optimizer, scheduler and RNG states (and the guide's RNG);
+- ``checkpoint-N/``: HF checkpoints with optimizer, scheduler and RNG states;
 - ``model/``: the final model and tokenizer, ready for ``sagerl eval --model``.
 
 Rerunning the same command in the same folder resumes from the last complete checkpoint, exactly where
@@ -90,30 +90,30 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     Raises:
         ConfigError: a pair without ``=``, or an unknown key (with the closest known keys).
     """
-    known = RUN_KEYS | set(trainer_fields()) - {"output_dir"}
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
             raise ConfigError(f"--set {pair!r}: expected key=value")
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"unknown config key {key!r}{hint}")
+        check_key(key)
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
-        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string; researchers mean a number
-            for number in (int, float):
-                try:
-                    value = number(value)
-                    break
-                except ValueError:
-                    pass
-        out[key] = value
+        out[key] = _number_if_numeric(value)
     return out
+
+
+def _number_if_numeric(value: Any) -> Any:
+    """YAML 1.1 reads "1e-6" as a string; researchers mean a number."""
+    if isinstance(value, str):
+        for number in (int, float):
+            try:
+                return number(value)
+            except ValueError:
+                pass
+    return value
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -134,6 +134,69 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     else:
         return value
     raise ConfigError(f"config key {key!r} expects a {type(default).__name__}, got {value!r}")
+
+
+def check_key(key: str) -> None:
+    """Raise :class:`ConfigError` naming the closest known keys unless ``key`` is a run or trainer key."""
+    known = RUN_KEYS | set(trainer_fields()) - {"output_dir"}
+    if key not in known:
+        close = difflib.get_close_matches(key, known, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def coerce_value(key: str, value: Any) -> Any:
+    """``value`` checked against the type of the default of run or trainer key ``key``, and converted.
+
+    Raises:
+        ConfigError: a value of the wrong type.
+    """
+    if key in RUN_KEYS:
+        return _coerce(key, value, getattr(RunSettings(), key))
+    field = trainer_fields()[key]
+    default = field.default if field.default is not dataclasses.MISSING else None
+    if default is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = field.default_factory()  # type: ignore[misc]
+    return _coerce(key, value, default)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The keys of a YAML config file (``sagerl train --config FILE``): a mapping of the keys ``--set``
+    takes (run keys and trainer keys), checked and converted as ``--set`` values are.
+
+    Raises:
+        ConfigError: the file does not read, is not YAML or not a mapping; an unknown key or a value of the
+            wrong type (``FILE:LINE: ...``).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} does not read: {first_line(exc)}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: not valid YAML: {getattr(exc, 'problem', None) or first_line(exc)}"
+        ) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of config keys (key: value), got {type(data).__name__}"
+        )
+    lines = {node.value: node.start_mark.line + 1 for node, _ in root.value}
+    out: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        try:
+            check_key(key)
+            out[key] = coerce_value(key, _number_if_numeric(value))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{lines.get(str(raw_key), 1)}: {exc}") from exc
+    return out
 
 
 @dataclass
@@ -166,13 +229,9 @@ def resolve_config(preset: str, overrides: dict[str, Any]) -> ResolvedConfig:
     settings = RunSettings()
     for key, value in overrides.items():
         if key in RUN_KEYS:
-            setattr(settings, key, _coerce(key, value, getattr(RunSettings(), key)))
+            setattr(settings, key, coerce_value(key, value))
         else:
-            field = fields[key]
-            default = field.default if field.default is not dataclasses.MISSING else None
-            if default is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                default = field.default_factory()  # type: ignore[misc]
-            trainer[key] = _coerce(key, value, default)
+            trainer[key] = coerce_value(key, value)
     return ResolvedConfig(preset, settings, trainer)
 
 
@@ -287,6 +346,27 @@ def validate_model(model: str | None) -> str:
     return path
 
 
+def config_yaml(resolved: ResolvedConfig, args) -> str:
+    """The text of a run's ``config.yaml``: the resolved config and every field of its ``SAGEConfig``."""
+    record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
+    return yaml.safe_dump(record, sort_keys=False, allow_unicode=True)
+
+
+def dry_run(preset: str, overrides: dict[str, Any], output_dir: str | Path | None = None) -> str:
+    """What :func:`train` would run, as the ``config.yaml`` it would write, after every check it makes
+    before loading the model: keys and types, TRL's and sagerl's checks of the ``SAGEConfig``, the model's
+    config and tokenizer, and the training set. Writes nothing, trains nothing.
+
+    Raises:
+        ConfigError, DataError, ModelLoadError: as :func:`train`.
+    """
+    resolved = resolve_config(preset, overrides)
+    args = build_trainer_config(resolved, Path(output_dir or Path("runs") / preset))
+    validate_model(resolved.settings.model)
+    build_dataset(resolved.settings)
+    return config_yaml(resolved, args)
+
+
 def train(
     preset: str = "grpo+branch",
     overrides: dict[str, Any] | None = None,
@@ -358,8 +438,7 @@ def _train_in_folder(
     from sagerl.train.trainer import SAGETrainer
 
     args = trainer_kwargs["args"]
-    record = {**resolved.as_dict(), "trainer_all_fields": json.loads(json.dumps(args.to_dict(), default=str))}
-    atomic_write_text(config_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    atomic_write_text(config_path, config_yaml(resolved, args))
     final = out / "model"
     step = checkpoint_step(checkpoint) if checkpoint is not None else 0
     if checkpoint is not None and 0 < args.max_steps <= step:
