@@ -126,6 +126,7 @@ def plot_curves(
                     ax.plot(*series, marker="o", markersize=2.5, linewidth=1.2, label=name)
             ax.set_title(key)
             ax.set_xlabel("step")
+            ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()

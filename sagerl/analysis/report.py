@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.analysis.output import update_analysis_json
-from sagerl.analysis.patterns import Labeller, analyze_patterns
+from sagerl.analysis.patterns import Labeller, analyze_patterns, shown_labels
 from sagerl.analysis.runs import EvalRun
 from sagerl.analysis.support import CATEGORIES, analyze_support
 from sagerl.atomic_files import atomic_write_text
@@ -118,9 +118,7 @@ def patterns_markdown(patterns: Mapping[str, Any]) -> str:
         f"## Reasoning patterns (classifier: {first['classifier']}; share of {population} completions, %, "
         "95% CI over problems)"
     ]
-    order: list[str] = []
-    for s in shares.values():
-        order += [lab for lab in s["labels"] if lab not in order]
+    order = shown_labels(shares, population)
     rows = []
     for lab in order:
         row = [lab.replace("_", " ")]
@@ -137,6 +135,7 @@ def patterns_markdown(patterns: Mapping[str, Any]) -> str:
             [lab.replace("_", " ")]
             + [_pct(d[lab]["difference"], d[lab]["ci"], signed=True) for d in compare["differences"].values()]
             for lab in compare["labels"]
+            if lab in order
         ]
         parts.append(_table(["pattern", *(f"`{r}`" for r in compare["differences"])], rows))
     if "judge" in patterns:

@@ -20,7 +20,7 @@ completions, and distinct-n of its correct completions; each averaged over probl
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -192,20 +192,28 @@ def distinct_n(texts: Iterable[str], n: int = 2) -> float:
 
     Words are the whitespace-separated tokens of the lowercased text; n-grams do not cross texts. 1.0
     when no n-gram repeats; lower when the texts repeat each other. NaN when the texts hold no n-gram.
+    (Words become integer ids and n-grams rows of an array, counted exactly by ``np.unique``.)
 
     Raises:
         ValueError: n < 1.
     """
     if n < 1:
         raise ValueError(f"distinct-n needs n >= 1, got {n}")
-    seen: set[tuple[str, ...]] = set()
-    total = 0
+    vocab: defaultdict[str, int] = defaultdict()
+    vocab.default_factory = vocab.__len__  # a new word gets the next id
+    grams = []
     for text in texts:
-        words = text.lower().split()
-        grams = list(zip(*(words[i:] for i in range(n)), strict=False))
-        total += len(grams)
-        seen.update(grams)
-    return len(seen) / total if total else float("nan")
+        ids = np.fromiter(map(vocab.__getitem__, text.lower().split()), dtype=np.int64)
+        if ids.size >= n:
+            grams.append(np.lib.stride_tricks.sliding_window_view(ids, n))
+    if not grams:
+        return float("nan")
+    rows = np.concatenate(grams)
+    if n == 1:
+        return len(np.unique(rows)) / len(rows)
+    if n == 2:  # one int64 code per bigram (ids < 2^31 on any real text)
+        return len(np.unique(rows[:, 0] * (1 << 31) + rows[:, 1])) / len(rows)
+    return len(np.unique(rows, axis=0)) / len(rows)
 
 
 def _mean_ci(values: Sequence[float]) -> dict[str, Any]:

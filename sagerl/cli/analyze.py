@@ -99,6 +99,8 @@ def _print_patterns(patterns: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sagerl.analysis.patterns import shown_labels
+
     shares = patterns["shares"]
     first = next(iter(shares.values()))
     population = "correct" if "correct" in first else "all"
@@ -106,10 +108,7 @@ def _print_patterns(patterns: dict) -> None:
     table.add_column("pattern")
     for run in shares:
         table.add_column(run, justify="right")
-    order: list[str] = []
-    for s in shares.values():
-        order += [lab for lab in s["labels"] if lab not in order]
-    for lab in order:
+    for lab in shown_labels(shares, population):
         cells = []
         for s in shares.values():
             e = s[population]["shares"].get(lab)
