@@ -13,10 +13,10 @@ Classifiers (``classifier=``):
   other than ``verification`` fires (a self-check accompanies a strategy; it is not one), so every
   completion gets at least one label.
 - ``"recorded"``: the record's own ``"strategy"`` field (written by tasks that know each completion's
-  strategy exactly, such as planted-strategy tasks) is its one label.
+  strategy exactly, such as planted-strategy tasks) is its one label (``unlabeled`` when it is null).
 - ``"judge"``: an LLM judge with a fixed rubric (:mod:`sagerl.analysis.judge`); an answer that does not
   parse is labelled ``unlabeled`` (counted, never dropped).
-- ``"auto"``: ``"recorded"`` when every record of the run has a ``strategy``, else ``"lexicon"``.
+- ``"auto"``: ``"recorded"`` when every record of the run has a ``strategy`` field, else ``"lexicon"``.
 
 Measured quality of the lexicon (``tests/analysis/test_patterns.py`` prints both tables and fails if any
 value drops below the one stated here). Two hand-labelled sets of short solutions in the style of math
@@ -358,7 +358,7 @@ def resolve_classifier(run: EvalRun, classifier: str) -> str:
         raise ConfigError(f"unknown classifier {classifier!r} (choose {', '.join(CLASSIFIERS)})")
     if classifier in ("auto", "recorded"):
         every = all(
-            isinstance(r.get("strategy"), str)
+            "strategy" in r and (r["strategy"] is None or isinstance(r["strategy"], str))
             for probs in run.records.values()
             for recs in probs.values()
             for r in recs
@@ -389,7 +389,7 @@ def run_labels(
     cache = run.labels_cache.setdefault(name, {})  # text -> labels
     if name == "recorded":
         return {
-            ds: {pid: [(str(r["strategy"]),) for r in recs] for pid, recs in probs.items()}
+            ds: {pid: [(r["strategy"] or UNLABELED,) for r in recs] for pid, recs in probs.items()}
             for ds, probs in run.records.items()
         }
     wanted = [

@@ -73,7 +73,8 @@ class EvalRun:
         )
 
     def restrict(self, problem_ids: dict[str, list[str]], n: int) -> EvalRun:
-        """The same run on a subset of its problems and its first ``n`` samples per problem."""
+        """The same run on a subset of its problems and its first ``n`` samples per problem (sharing its
+        label cache, which is keyed by text)."""
         if n > self.n:
             raise ValueError(f"cannot restrict {self.path} to n={n} > {self.n}")
         records = {ds: {pid: self.records[ds][pid][:n] for pid in ids} for ds, ids in problem_ids.items()}
@@ -85,6 +86,7 @@ class EvalRun:
             records,
             dict(self.few_shot),
             self.label,
+            self.labels_cache,
         )
 
 

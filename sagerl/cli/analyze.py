@@ -74,6 +74,9 @@ def _print_support(support: dict) -> None:
     from sagerl.analysis.support import CATEGORIES
 
     console = Console()
+    dropped = {ds: k for ds, k in support["dropped_problems"].items() if k}
+    if dropped:
+        typer.echo(f"--intersect: compared the common problems; dropped {dropped} (per dataset)")
     table = Table(title=f"empirical support vs {support['base']} (n={support['n']})")
     for col in ("run", "problems", *(c.replace("_", " ") for c in CATEGORIES)):
         table.add_column(col, justify="right" if col != "run" else "left")

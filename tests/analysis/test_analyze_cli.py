@@ -142,3 +142,56 @@ def test_plot_command(tmp_path, capsys):
     ]
     code, _, err = cli(["plot", str(tmp_path / "nothing"), "--out", str(tmp_path / "c2")], capsys)
     assert code == 2 and "no metrics.jsonl" in err
+
+
+def test_report_with_model_and_a_judge_model(tmp_path, tiny_model, capsys):
+    """report --model adds the branching section; --judge runs a real HF sampler (greedy) on the tiny
+    model, whose answers name no label: every completion is counted as unlabeled, none dropped."""
+    import torch
+
+    from sagerl.tasks import load_problems
+
+    torch.set_num_threads(1)
+    pids = [p.id for p in load_problems("arith", limit=2)]
+
+    def arith_run(name, right):
+        problems = {
+            "arith": {
+                pid: [
+                    record("arith", pid, j, j < right, text=f"{j} + {j} = {2 * j}. \\boxed{{{2 * j}}}")
+                    for j in range(2)
+                ]
+                for pid in pids
+            }
+        }
+        return write_run(tmp_path / name, problems)
+
+    base, sage = arith_run("base", 1), arith_run("sage", 2)
+    out = tmp_path / "report"
+    code, _, err = cli(
+        ["analyze", "report", str(base), str(sage), "--out", str(out), "--model", str(tiny_model)], capsys
+    )
+    assert code == 0, err
+    text = (out / "report.md").read_text()
+    assert "## Branching tokens" in text and "branching_0_hist.png" in text and "branching_1.html" in text
+    assert set(json.loads((out / "analysis.json").read_text())["branching"]) == {"base", "sage"}
+
+    code, stdout, err = cli(
+        [
+            "analyze",
+            "patterns",
+            str(sage),
+            "--out",
+            str(tmp_path / "j"),
+            "--judge",
+            str(tiny_model),
+            "--among",
+            "correct",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    shares = json.loads((tmp_path / "j" / "analysis.json").read_text())["patterns"]["shares"]["sage"]
+    assert shares["classifier"] == "judge" and shares["correct"]["num_completions"] == 4
+    counted = sum(e["count"] for e in shares["correct"]["shares"].values())
+    assert counted >= 4 and "judge:" in stdout

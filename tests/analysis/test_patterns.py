@@ -145,6 +145,15 @@ def test_recorded_classifier_is_exact(tmp_path):
         assert lo <= entry["share"] <= hi
 
 
+def test_a_null_strategy_is_unlabeled(tmp_path):
+    run = strategy_run(tmp_path, "r", {"p": [(True, "head"), (True, None)]})
+    shares = pattern_shares(run)
+    assert shares["classifier"] == "recorded"
+    assert (
+        shares["correct"]["shares"]["unlabeled"]["share"] == 0.5 and shares["correct"]["num_completions"] == 2
+    )
+
+
 def test_auto_falls_back_to_lexicon_when_a_record_lacks_a_strategy(tmp_path):
     run_dir = write_run(
         tmp_path / "r",
