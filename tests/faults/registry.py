@@ -63,7 +63,6 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
         "no answer: incorrect, recorded, counted in pass@k; zero-length rows add nothing to the loss",
         (
             "tests/faults/test_inputs.py::test_empty_completion",
-            "tests/test_grading.py::test_wrong_or_missing_answers_are_incorrect",
             "tests/objective/test_losses.py::test_empty_and_fully_masked_rows",
         ),
     ),
@@ -86,7 +85,7 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
         "a final box cut off means no answer (never an earlier box); truncated share reported; overlong shaping",
         (
             "tests/faults/test_inputs.py::test_truncated_completion",
-            "tests/test_grading.py::test_extract_boxed",
+            "tests/test_grading.py::test_kk_follows_the_final_box_rule",
             "tests/objective/test_losses.py::test_dapo_helpers",
         ),
     ),
@@ -140,7 +139,7 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
     ),
     FaultClass(
         "box spellings, cut-off and split answers (issue 9 #2-4)",
-        "\\boxed/\\fbox; the last box opened is final; joined boxes form one answer; Math-Verify's cases",
+        "boxed and fbox; the last box opened is final; joined boxes form one answer; Math-Verify's cases",
         (
             "tests/test_grading.py::test_extract_boxed",
             "tests/test_grading.py::test_find_last_boxed_spans",
