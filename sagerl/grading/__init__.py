@@ -1,6 +1,8 @@
 """Grading: read the final answer of a completion and check it against the reference.
 
-- :mod:`sagerl.grading.answers`: extraction (last complete ``\\boxed{}``, last number).
+- :mod:`sagerl.grading.answers`: extraction (the final box: the last ``\\boxed{}``/``\\fbox{}`` opened, boxes
+  joined only by separators form one answer; the last number).
+- :mod:`sagerl.grading.numbers`: exact comparison of numeric answers (where math-verify rounds).
 - :mod:`sagerl.grading.verify`: math equivalence with math-verify under a per-answer time limit; ``grade``.
 - :mod:`sagerl.grading.knights`: the Knights-and-Knaves checker.
 

@@ -311,10 +311,12 @@ def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
 def is_correct(
     completion: str, answer: str, *, fallback_to_last_number: bool = False, timeout: float = 5.0
 ) -> bool:
-    """True when the final answer of ``completion`` equals ``answer`` (math-verify, bounded by ``timeout`` s).
+    """True when the final answer of ``completion`` equals ``answer`` (:func:`answers_match`, bounded by
+    ``timeout`` s).
 
-    The final answer is :func:`sagerl.grading.extract_answer` of the completion: its last complete
-    ``\\boxed{}``, else (only when ``fallback_to_last_number``) its last number. No answer: False. Model text
+    The final answer is :func:`sagerl.grading.extract_answer` of the completion: its final box (the last box
+    it opens; none if that box never closes; boxes joined only by separators form one answer), else (only
+    when ``fallback_to_last_number`` and there is no box) its last number. No answer: False. Model text
     never makes this raise; a pathological answer returns False after about ``timeout`` seconds.
 
     Raises:
