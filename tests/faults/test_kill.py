@@ -27,9 +27,11 @@ from .helpers import SAGERL, subprocess_env
 SEED = 90_210
 
 # Runs sagerl's CLI, killing the process half-way through the first write of a file whose path ends with
-# sys.argv[1] (torch.save of a checkpoint file, the Trainer's trainer_state.json, a samples.jsonl batch).
+# sys.argv[1] (torch.save of a checkpoint file, the Trainer's trainer_state.json, a samples.jsonl batch);
+# "slow" instead waits 0.25 s before each samples.jsonl batch, so that an eval on a fast machine still
+# runs long enough for a kill from outside to land at a random moment of its sampling.
 KILL_MID_WRITE = r"""
-import io, os, signal, sys
+import io, os, signal, sys, time
 target = sys.argv.pop(1)
 
 def die_half_written(path, data):
@@ -39,7 +41,17 @@ def die_half_written(path, data):
         os.fsync(f.fileno())
     os.kill(os.getpid(), signal.SIGKILL)
 
-if target.endswith(".jsonl"):
+if target == "slow":
+    from sagerl.eval import samples
+
+    real_write = samples.SampleWriter.write
+
+    def write(self, records):
+        time.sleep(0.25)
+        return real_write(self, records)
+
+    samples.SampleWriter.write = write
+elif target.endswith(".jsonl"):
     from sagerl.eval import samples
 
     real_write, calls = samples.SampleWriter.write, []
@@ -133,7 +145,7 @@ def train_args(model: Path, data: Path, out: Path) -> list[str]:
         "save_steps": 1,
         "learning_rate": 1e-3,
     }
-    args = ["train", "-m", str(model), "-d", str(data), "-o", str(out), "--max-steps", "5"]
+    args = ["train", "-m", str(model), "-d", str(data), "-o", str(out), "--max-steps", "6"]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
     return args
@@ -148,7 +160,7 @@ def test_kill_train_repeatedly_then_resume_gives_the_same_weights(tmp_path, tiny
 
     # 1. a random moment after the first optimizer step was logged
     proc = start(args)
-    kill_when(proc, lambda: lines(metrics) >= 1, rng.uniform(0.0, 2.0))
+    assert kill_when(proc, lambda: lines(metrics) >= 1, rng.uniform(0.0, 0.5))
     # 2. half-way through writing the next checkpoint's optimizer state
     code, _, err = finish(start(args, kill_mid_write="optimizer.pt"))
     assert code == -signal.SIGKILL, err
@@ -161,7 +173,7 @@ def test_kill_train_repeatedly_then_resume_gives_the_same_weights(tmp_path, tiny
     # 4. a random moment after one more step
     proc = start(args)
     logged = lines(metrics)
-    if not kill_when(proc, lambda: lines(metrics) > logged, rng.uniform(0.0, 2.0)):
+    if not kill_when(proc, lambda: lines(metrics) > logged, rng.uniform(0.0, 0.5)):
         assert proc.returncode == 0  # it finished first: fine, the rerun below then has nothing to do
     # 5. the same command once more finishes the run
     code, out_text, err = finish(start(args))
@@ -178,12 +190,12 @@ def test_kill_train_repeatedly_then_resume_gives_the_same_weights(tmp_path, tiny
     for key in a:
         assert torch.equal(a[key], b[key]), key
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5]  # every step logged once, none lost, none twice
+    assert steps == [1, 2, 3, 4, 5, 6]  # every step logged once, none lost, none twice
     # 6. rerunning the finished run takes no further step (resumed at max_steps, the Trainer would take one)
     code, _, err = finish(start(args))
     assert code == 0, err
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == steps
-    assert not (out / "checkpoint-6").exists()
+    assert not (out / "checkpoint-7").exists()
     c = load_file(str(out / "model" / "model.safetensors"))
     assert all(torch.equal(a[key], c[key]) for key in a)
     for checkpoint in out.glob("checkpoint-*"):
@@ -220,15 +232,15 @@ def test_kill_eval_repeatedly_then_resume_gives_the_same_results(tmp_path, tiny_
     samples = out / "samples.jsonl"
 
     # 1. a random moment after the run folder was locked (model loading, or sampling)
-    proc = start(args)
-    kill_when(proc, lambda: (out / "eval_config.json").exists(), rng.uniform(0.0, 3.0))
+    proc = start(args, kill_mid_write="slow")
+    assert kill_when(proc, lambda: (out / "eval_config.json").exists(), rng.uniform(0.0, 1.5))
     # 2. half-way through appending a batch: a torn last line
     code, _, err = finish(start(args, kill_mid_write="samples.jsonl"))
     assert code == -signal.SIGKILL, err
     torn = samples.read_bytes()
     assert not torn.endswith(b"\n")
     # 3. a random moment after the next batch
-    proc = start(args)
+    proc = start(args, kill_mid_write="slow")
     before = lines(samples)
     kill_when(proc, lambda: lines(samples) > before, rng.uniform(0.0, 0.5))
     assert samples.read_bytes().count(b"\n") >= torn.count(b"\n")  # the torn line was cut, whole ones kept

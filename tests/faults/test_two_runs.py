@@ -81,7 +81,7 @@ def test_second_sagerl_eval_in_the_same_folder_fails_at_once(
         "--out",
         str(out),
     ]
-    args = [*common, "-n", "64", "--batch-size", "4", "--no-progress"]
+    args = [*common, "-n", "256", "--batch-size", "4", "--no-progress"]
     first = subprocess.Popen([*SAGERL, *args], stdout=subprocess.PIPE, text=True, env=subprocess_env())
     try:
         assert first.stdout is not None
