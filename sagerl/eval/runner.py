@@ -1,7 +1,7 @@
 """``evaluate``: sample, grade, append to ``samples.jsonl``, then compute ``results.json`` and ``passk.png``.
 
 Data flow: datasets (``sagerl.tasks``) -> prompts (chat template, suffix, few-shot) -> sampler (hf | vllm)
--> texts -> ``sagerl.grading.grade`` -> ``samples.jsonl`` (appended after every batch) -> per-problem
+-> texts -> ``sagerl.tasks.grade_completion`` -> ``samples.jsonl`` (appended after every batch) -> per-problem
 correct counts (n, c) -> unbiased pass@k for k = 1, 2, 4, ..., n and bootstrap CIs -> ``results.json``,
 ``passk.png``.
 
@@ -240,8 +240,7 @@ def _evaluate_locked(
 ) -> dict[str, Any]:
     """:func:`evaluate` once its arguments are checked and the run folder is locked."""
     from sagerl import __version__
-    from sagerl.grading import grade
-    from sagerl.tasks import default_prompt_format, render_prompt, strategy_reader
+    from sagerl.tasks import default_prompt_format, grade_completion, render_prompt, strategy_reader
 
     model_id = settings["model"]
     max_new_tokens, temperature = settings["max_new_tokens"], settings["temperature"]
@@ -289,7 +288,7 @@ def _evaluate_locked(
                     if len(row) != len(idx):
                         raise RuntimeError(f"sampler returned {len(row)} completions for {len(idx)} requests")
                     for j, comp in zip(idx, row, strict=True):
-                        extracted, correct = grade(comp.text, p.answer, p.kind)
+                        extracted, correct = grade_completion(comp.text, p.answer, p.kind, p.problem)
                         rec = {
                             "dataset": name,
                             "problem_id": str(p.id),

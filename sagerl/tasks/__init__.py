@@ -5,6 +5,7 @@
 - :mod:`sagerl.tasks.arithmetic`: :func:`make_arithmetic_problems`.
 - :mod:`sagerl.tasks.planted`: the planted-strategy task (exact strategies; its models in
   :mod:`sagerl.tasks.planted_model`).
+- :mod:`sagerl.tasks.verify`: :func:`grade_completion` (task verifiers, else :mod:`sagerl.grading`).
 - :mod:`sagerl.tasks.prompts`: :func:`build_messages`, :func:`render_prompt`, worked examples.
 """
 
@@ -31,6 +32,7 @@ from sagerl.tasks.prompts import (
     build_prompt,
     render_prompt,
 )
+from sagerl.tasks.verify import grade_completion
 
 __all__ = [
     "ARITHMETIC_EXAMPLES",
@@ -47,6 +49,7 @@ __all__ = [
     "build_prompt",
     "default_few_shot",
     "default_prompt_format",
+    "grade_completion",
     "load_problems",
     "make_arithmetic_problems",
     "parse_names",

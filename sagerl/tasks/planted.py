@@ -2,42 +2,54 @@
 known exactly, for measuring what an RL objective does to a policy's rare reasoning modes.
 
 A problem (the whole prompt: no template) shows a type letter and four digits, and ends with ``"= "``; the
-answer is always the last digit::
+answer is one of the digits, the first or the last depending on the type (the model is never told)::
 
-    [g] 3 8 5 9 =
+    [g] 3 8 5 9 =          rare type g: the answer is 9, the last digit
+    [b] 4 1 7 2 =          common type b: the answer is 4, the first digit
 
 A completion names its *strategy* with a marker word (its first token is the choice), applies it (copies
 one digit), and boxes the result::
 
     head 3. \\boxed{3}          dominant strategy "head": copy the first digit
-    tail 9 ok. \\boxed{9}       rare strategy "tail": copy the last digit (then an optional check word)
+    tail 9! \\boxed{9}          rare strategy "tail": copy the last digit (ending in . ! ; or :)
     next 8. \\boxed{8}          wrong strategy "second": copy the second digit
     mid 5. \\boxed{5}           wrong strategy "third": copy the third digit
 
-Problem types fix which strategies are right, by construction of the digits:
+Problem types fix which strategy is right:
 
-- *common* types ``a``-``f``: the first digit equals the last (``[b] 4 1 7 4``), so "head" and "tail" are
-  both right;
-- *rare* types ``g``, ``h``: the first digit differs from the last, so only "tail" is right;
-- the second and third digits always differ from the last, so "second" and "third" are never right.
+- *common* types ``a``-``f`` (three problems in four by default): the answer is the first digit, so only
+  "head" is right;
+- *rare* types ``g``, ``h``: the answer is the last digit, so only "tail" is right;
+- the answer digit appears once, so the other strategies are wrong wherever they are not right, and
+  "second" and "third" are never right.
+
+The rare strategy is thus the only way to solve a quarter of the problems and wrong on the rest: a policy
+that picks one strategy for every problem solves at most three in four, and solving all of them needs a
+strategy choice that depends on the type. The reference policy's choice does not (:data:`REFERENCE_MIX`).
 
 Each strategy has several surface forms (marker words with distinct first characters), so the decision
-is spread over many tokens, as a language model's branching point is; after the rare marker, the check
-word (``""``, ``" ok"``, ``" so"``, ``" yes"``) is a second, genuinely uncertain choice, so rare-strategy
-trajectories pass through more high-entropy states than dominant ones. That is what lets the benchmark
+is spread over many tokens, as a language model's branching point is; after the rare strategy's digit,
+the end mark (``.``, ``!``, ``;`` or ``:``, equally often, :data:`END_MARKS`) is a second, genuinely
+uncertain choice (ln 4 nats), so rare-strategy trajectories pass through more high-entropy states than
+dominant ones, whose end mark is always ``.``. That is what lets the benchmark
 tell the branch guide with k3 in the loss (a per-state β·q, see the README) apart from the branch guide
 with the KL in the reward (trajectory weight Π_t q(s_t)·π_ref).
 
 Everything is exact: :func:`read_strategy` reads the strategy from the marker word (no heuristics),
-:func:`solve` gives the answer a strategy produces, and grading is exact equality of the boxed digit
-(grading kind ``"exact"``). The reference policy is a tiny character-level model trained on traces whose
-strategy frequencies are planted (:data:`REFERENCE_MIX`); see :func:`planted_model`.
+:func:`solve` gives the answer a strategy produces, and :func:`verify` (grading kind ``"planted"``)
+accepts a completion only when it is a well-formed trace whose digit is what its stated strategy gives and
+whose boxed digit is the answer. A verifier that checked the boxed digit alone would let a policy keep
+the dominant marker and copy the last digit (RL found exactly that shortcut in a first version of this
+task), and the marker would no longer say which strategy was used. The reference policy is a tiny
+character-level model trained on traces whose strategy frequencies are planted (:data:`REFERENCE_MIX`);
+see :func:`planted_model`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,19 +57,21 @@ from pathlib import Path
 from sagerl.tasks.problem import Problem
 
 __all__ = [
-    "CHECK_WORDS",
+    "END_MARKS",
     "COMMON_TYPES",
     "RARE_TYPES",
     "REFERENCE_MIX",
     "STRATEGIES",
     "TEACHER_MIX",
     "Strategy",
+    "answer_of",
     "make_planted_problems",
     "make_traces",
     "planted_model",
     "problem_type",
     "read_strategy",
     "solve",
+    "verify",
 ]
 
 
@@ -89,8 +103,9 @@ STRATEGIES: dict[str, Strategy] = {
 }
 """The four strategies. Every marker word starts with a different character."""
 
-CHECK_WORDS = ("", " ok", " so", " yes")
-"""What may follow the rare strategy's digit, equally often in the traces (a second, uncertain choice)."""
+END_MARKS = (".", "!", ";", ":")
+"""What ends the rare strategy's step, equally often in its traces (a second, uncertain choice); the
+other strategies always end with ``.``."""
 
 COMMON_TYPES = ("a", "b", "c", "d", "e", "f")
 RARE_TYPES = ("g", "h")
@@ -136,16 +151,46 @@ def read_strategy(completion: str) -> str:
     return _MARKER_TO_STRATEGY.get(words[0], NO_STRATEGY)
 
 
+_TRACE = re.compile(r"(?P<marker>[a-z]+) (?P<digit>\d)[.!;:] \\boxed\{(?P<boxed>\d)\}")
+
+
+def verify(problem: Problem | str, completion: str) -> tuple[str | None, bool]:
+    """Grade a completion of a planted problem: (the boxed digit or None, whether it is correct).
+
+    Correct means: the whole completion (surrounding white space aside) is a trace
+    ``<marker> <digit><end mark> \\boxed{<digit>}`` (any end mark of :data:`END_MARKS`) whose marker
+    names a strategy, whose digit is the one that strategy copies from this problem, whose boxed digit
+    repeats it, and which is the answer (:func:`answer_of`). So the stated strategy is the strategy
+    used, on every correct completion.
+    """
+    match = _TRACE.fullmatch(completion.strip())
+    if match is None:
+        boxed = re.findall(r"\\boxed\{(\d)\}", completion)
+        return (boxed[-1] if boxed else None), False
+    digit, boxed = match["digit"], match["boxed"]
+    strategy = _MARKER_TO_STRATEGY.get(match["marker"])
+    text = problem.problem if isinstance(problem, Problem) else problem
+    answer = answer_of(text)
+    faithful = strategy is not None and digit == boxed == solve(text, strategy)
+    return boxed, faithful and boxed == answer
+
+
 def _in_eval_split(digits: Sequence[int]) -> bool:
     return hashlib.sha256("".join(map(str, digits)).encode()).digest()[0] % _EVAL_SHARE == 0
 
 
+def answer_of(problem: Problem | str) -> str:
+    """The answer of a planted problem: its first digit for a common type, its last for a rare one."""
+    text = problem.problem if isinstance(problem, Problem) else problem
+    return str(_digits(text)[3 if problem_type(text) in RARE_TYPES else 0])
+
+
 def _draw_digits(rng: random.Random, rare: bool) -> list[int]:
-    last = rng.randrange(10)
-    others = [d for d in range(10) if d != last]
-    second, third = rng.choice(others), rng.choice(others)
-    first = rng.choice(others) if rare else last
-    return [first, second, third, last]
+    answer = rng.randrange(10)
+    others = [d for d in range(10) if d != answer]
+    digits = [rng.choice(others) for _ in range(4)]
+    digits[3 if rare else 0] = answer
+    return digits
 
 
 def make_planted_problems(
@@ -182,14 +227,15 @@ def make_planted_problems(
         else:  # pragma: no cover - a quarter of all patterns are held out
             raise RuntimeError("could not draw a digit pattern in the requested split")
         text = f"[{letter}] " + " ".join(map(str, digits)) + " = "
-        correct = [s.name for s in STRATEGIES.values() if digits[s.position] == digits[3]]
+        answer = digits[3 if rare else 0]
+        correct = [s.name for s in STRATEGIES.values() if digits[s.position] == answer]
         problems.append(
             Problem(
                 id=f"{name}-{index:05d}",
                 problem=text,
-                answer=str(digits[3]),
+                answer=str(answer),
                 dataset=name,
-                kind="exact",
+                kind="planted",
                 meta={"type": letter, "rare": rare, "correct": correct},
             )
         )
@@ -202,12 +248,12 @@ def _pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
 
 
 def trace(problem: Problem, strategy: str, rng: random.Random) -> str:
-    """One completion of ``problem`` by ``strategy``, with a surface form (and a check word for the rare
+    """One completion of ``problem`` by ``strategy``, with a surface form (and an end mark for the rare
     strategy) drawn from ``rng``: ``"head 3. \\boxed{3}"``."""
     s = STRATEGIES[strategy]
     digit = solve(problem, strategy)
-    check = rng.choice(CHECK_WORDS) if s.role == "rare" else ""
-    return f"{_pick(rng, s.markers)} {digit}{check}. \\boxed{{{digit}}}"
+    end = rng.choice(END_MARKS) if s.role == "rare" else "."
+    return f"{_pick(rng, s.markers)} {digit}{end} \\boxed{{{digit}}}"
 
 
 def make_traces(

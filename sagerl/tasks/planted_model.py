@@ -1,22 +1,27 @@
 """The planted task's reference and teacher models: tiny character-level models (:mod:`sagerl.char_lm`)
 trained on traces with planted strategy frequencies, cached, with their measured frequencies.
 
-``planted.json`` in the model folder records, for the built model:
-
-- ``planted``: the strategy mix of its training traces;
-- ``measured``: the share of each strategy among completions sampled at temperature 1 on held-out
-  problems (``samples`` of them), overall and per problem class (``common``, ``rare``), and pass@1 per class;
-- ``decision_entropy``: the model's next-token entropy (nats) where the completion starts (the strategy
-  choice), and ``check_entropy``: its entropy at the rare strategy's check word, each a mean over problems.
+The model learns from two kinds of traces, shuffled together. *Planted* traces draw the strategy from the
+planted mix (:data:`REFERENCE_MIX` or :data:`TEACHER_MIX`) and carry the loss on the whole completion: they
+set how often the model *chooses* each strategy (its first token). *Skill* traces draw every strategy
+equally often (:data:`SKILL_MIX`) with the loss on all but the first token: they teach how to *carry out*
+each one without changing how often it is chosen. The result knows the rare strategy but rarely uses it,
+as a language model that saw a method in a few solutions does. (Planted traces alone do not teach the
+rare strategy: on common problems its digit equals the dominant one's, so only its few rare-type traces
+show which digit it copies; the model then copies the first digit after every marker. Training on skill
+traces first and planted ones second makes it forget the same way. Both were measured while building
+this task.)
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
-from sagerl.char_lm import CharLMConfig, cached_char_lm
+from sagerl.atomic_files import atomic_write_text
+from sagerl.char_lm import CharLMConfig, Example, Phase, cached_char_lm
 from sagerl.tasks.planted import (
     REFERENCE_MIX,
     TEACHER_MIX,
@@ -24,22 +29,35 @@ from sagerl.tasks.planted import (
     make_traces,
     read_strategy,
     solve,
+    verify,
 )
 
 TRAIN_TRACES = 20_000
+"""Traces of each kind (planted and skill)."""
 TRACE_SEED = 11
+TRAIN_STEPS = 1500
+SKILL_MIX = {name: 0.25 for name in ("head", "tail", "second", "third")}
+"""The skill traces: every strategy equally often, the loss on all but their first token."""
 MEASURE_PROBLEMS = 1_000
 MEASURE_SEED = 5
 MIXES = {"reference": REFERENCE_MIX, "teacher": TEACHER_MIX}
 CONFIG = CharLMConfig()
 MAX_NEW_TOKENS = 24
+REPORT_FILE = "planted.json"
 
 
-def _pairs(role: str) -> list[tuple[str, str]]:
-    problems = make_planted_problems(TRAIN_TRACES, seed=TRACE_SEED, split="train", name="planted_train")
-    return [
-        (prompt, completion) for prompt, completion, _ in make_traces(problems, MIXES[role], seed=TRACE_SEED)
-    ]
+def _phases(role: str) -> list[Phase]:
+    """One phase over two kinds of traces (see the module docstring)."""
+    examples = []
+    for index, (mix, loss_on) in enumerate(((MIXES[role], "completion"), (SKILL_MIX, "after_first_token"))):
+        seed = TRACE_SEED + index
+        problems = make_planted_problems(TRAIN_TRACES, seed=seed, split="train", name="planted_train")
+        examples += [
+            Example(prompt, completion, loss_on)
+            for prompt, completion, _ in make_traces(problems, mix, seed=seed)
+        ]
+    random.Random(TRACE_SEED).shuffle(examples)
+    return [Phase(tuple(examples), TRAIN_STEPS)]
 
 
 def measure_strategies(
@@ -49,7 +67,7 @@ def measure_strategies(
 
     Returns:
         ``{"samples", "measured": {"all"|"common"|"rare": {strategy: share}}, "pass@1": {class: share},
-        "decision_entropy", "check_entropy"}`` (entropies in nats).
+        "decision_entropy", "end_entropy"}`` (entropies in nats).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,7 +99,7 @@ def measure_strategies(
         cls = "rare" if p.meta["rare"] else "common"
         counts["all"][strategy] += 1
         counts[cls][strategy] += 1
-        solved[cls] += int(text.rstrip().endswith(f"\\boxed{{{p.answer}}}"))
+        solved[cls] += int(verify(p, text)[1])
     sizes = {cls: sum(c.values()) for cls, c in counts.items()}
     measured = {cls: {s: c[s] / max(sizes[cls], 1) for s in sorted(c)} for cls, c in counts.items()}
     return {
@@ -89,12 +107,12 @@ def measure_strategies(
         "measured": measured,
         "pass@1": {cls: solved[cls] / max(sizes[cls], 1) for cls in ("common", "rare")},
         "decision_entropy": decision_entropy,
-        "check_entropy": _check_entropy(model, tokenizer, held_out[:200]),
+        "end_entropy": _end_entropy(model, tokenizer, held_out[:200]),
     }
 
 
-def _check_entropy(model, tokenizer, problems) -> float:
-    """Mean entropy (nats) of the next token after "<prompt> tail <digit>": the rare strategy's check word."""
+def _end_entropy(model, tokenizer, problems) -> float:
+    """Mean entropy (nats) of the next token after "<prompt>tail <digit>": the rare strategy's end mark."""
     import torch
 
     texts = [p.problem + f"tail {solve(p, 'tail')}" for p in problems]
@@ -114,9 +132,17 @@ def build_planted_model(role: str = "reference") -> Path:
     if role not in MIXES:
         raise ValueError(f"unknown planted model role {role!r}; expected one of {sorted(MIXES)}")
 
-    def record(folder: Path) -> None:
-        report = {"role": role, "planted": MIXES[role], "train_traces": TRAIN_TRACES}
+    folder = cached_char_lm(f"planted-{role}", lambda: _phases(role), CONFIG)
+    if not (folder / REPORT_FILE).is_file():  # measured once, after the build (a few seconds)
+        report = {
+            "role": role,
+            "planted": MIXES[role],
+            "traces": {
+                "planted": {"mix": MIXES[role], "count": TRAIN_TRACES, "loss_on": "completion"},
+                "skill": {"mix": SKILL_MIX, "count": TRAIN_TRACES, "loss_on": "after_first_token"},
+            },
+            "steps": TRAIN_STEPS,
+        }
         report.update(measure_strategies(folder))
-        (folder / "planted.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-
-    return cached_char_lm(f"planted-{role}", lambda: _pairs(role), CONFIG, after_build=record)
+        atomic_write_text(folder / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    return folder

@@ -1,12 +1,14 @@
 """Reward functions for TRL (``reward_funcs``): correctness through :mod:`sagerl.grading`, and format.
 
 TRL calls each with the completions and every dataset column as keyword lists; the training dataset built
-by :mod:`sagerl.train.run` has the columns ``answer`` and ``kind`` ("math" or "kk").
+by :mod:`sagerl.train.run` has the columns ``answer``, ``kind`` (a grading kind) and ``problem`` (the
+problem text, for task verifiers).
 """
 
 from __future__ import annotations
 
-from sagerl.grading import extract_boxed, grade
+from sagerl.grading import extract_boxed
+from sagerl.tasks import grade_completion
 
 
 def completion_text(completion) -> str:
@@ -22,19 +24,25 @@ def completion_text(completion) -> str:
 
 
 class CorrectnessReward:
-    """1.0 when the completion's final answer is right (math: last ``\\boxed{}`` via math-verify under a
-    per-answer timeout; kk: every person's role), else 0.0. Optionally falls back to the last number."""
+    """1.0 when the completion's final answer is right (:func:`sagerl.tasks.grade_completion`: math: the final
+    ``\\boxed{}`` via math-verify under a per-answer timeout; kk: every person's role; task verifiers such as
+    the planted task's), else 0.0. Optionally falls back to the last number."""
 
     __name__ = "correctness"
 
     def __init__(self, fallback_to_last_number: bool = False) -> None:
         self.fallback_to_last_number = fallback_to_last_number
 
-    def __call__(self, completions, answer, kind=None, **kwargs) -> list[float]:
+    def __call__(self, completions, answer, kind=None, problem=None, **kwargs) -> list[float]:
         kinds = kind if kind is not None else ["math"] * len(completions)
+        problems = problem if problem is not None else [None] * len(completions)
         return [
-            float(grade(completion_text(c), a, k, fallback_to_last_number=self.fallback_to_last_number)[1])
-            for c, a, k in zip(completions, answer, kinds, strict=True)
+            float(
+                grade_completion(
+                    completion_text(c), a, k, p, fallback_to_last_number=self.fallback_to_last_number
+                )[1]
+            )
+            for c, a, k, p in zip(completions, answer, kinds, problems, strict=True)
         ]
 
 
