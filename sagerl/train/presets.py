@@ -39,6 +39,7 @@ def list_presets() -> dict[str, str]:
         "grpo+random",
         "grpo+token",
         "grpo+branch",
+        "grpo+branch_token",
         "bnpo",
         "bnpo+branch",
         "dapo",

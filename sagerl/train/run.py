@@ -253,7 +253,8 @@ def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
 
 def build_dataset(settings: RunSettings):
     """The training set as a ``datasets.Dataset`` with TRL's ``prompt`` (conversational, or the bare text for
-    sets with the raw prompt format) plus ``answer``, ``kind`` and ``id`` columns.
+    sets with the raw prompt format) plus ``answer``, ``kind``, ``problem`` (for task verifiers) and ``id``
+    columns.
 
     Raises:
         DataError: from :func:`sagerl.tasks.load_problems` (file, line, field).
@@ -272,6 +273,7 @@ def build_dataset(settings: RunSettings):
             "prompt": [build_prompt(p, few_shot=few_shot, prompt_format=prompt_format) for p in problems],
             "answer": [p.answer for p in problems],
             "kind": [p.kind for p in problems],
+            "problem": [p.problem for p in problems],
             "id": [p.id for p in problems],
         }
     )
@@ -373,6 +375,7 @@ def train(
     output_dir: str | Path | None = None,
     resume: bool | None = None,
     callbacks: list | None = None,
+    quiet: bool = False,
 ) -> Path:
     """Train ``preset`` with ``overrides`` into ``output_dir``; returns the final model folder.
 
@@ -383,6 +386,8 @@ def train(
         resume: True: resume (error if there is no checkpoint); False: refuse a folder that has
             checkpoints; None: resume when a checkpoint exists.
         callbacks: extra ``transformers.TrainerCallback`` objects.
+        quiet: print nothing per step (no progress bar, no logged dicts); ``metrics.jsonl`` still gets
+            every step (for studies that run many cells).
 
     The arguments (config, model) are checked first; then the run folder is locked for the whole run
     (:mod:`sagerl.run_lock`; in a multi-process run, by the process of rank 0).
@@ -412,13 +417,18 @@ def train(
         "processing_class": tokenizer,
     }
     if int(os.environ.get("RANK", "0")) != 0:  # other processes of a multi-process run: rank 0 holds the lock
-        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks)
+        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks, quiet)
     with run_lock(out):
-        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks)
+        return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks, quiet)
 
 
 def _train_in_folder(
-    resolved: ResolvedConfig, out: Path, trainer_kwargs: dict[str, Any], resume: bool | None, callbacks
+    resolved: ResolvedConfig,
+    out: Path,
+    trainer_kwargs: dict[str, Any],
+    resume: bool | None,
+    callbacks,
+    quiet: bool = False,
 ) -> Path:
     """:func:`train` once the arguments are checked and the run folder is locked."""
     checkpoint = last_checkpoint(out)
@@ -432,7 +442,7 @@ def _train_in_folder(
             yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}, resolved, config_path
         )
 
-    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from sagerl.train.metrics import CompactProgressCallback, MetricsJSONLCallback
     from sagerl.train.trainer import SAGETrainer
@@ -449,7 +459,10 @@ def _train_in_folder(
         trainer = SAGETrainer(
             **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
         )
-        if not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
+        if quiet:
+            trainer.pop_callback(ProgressCallback)
+            trainer.pop_callback(PrinterCallback)
+        elif not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
             trainer.add_callback(CompactProgressCallback())
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         trainer.save_model(str(final))

@@ -11,5 +11,7 @@ def test_objective_imports_no_trainer_or_other_layer():
         "'datasets', 'peft', 'vllm') or (m.startswith('sagerl.') and not m.startswith('sagerl.objective'))); "
         "print(','.join(bad))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "", f"sagerl.objective imported: {out}"

@@ -38,11 +38,18 @@ EXPECTED = {
     "grpo+random": ("random", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "grpo+token": ("token", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "grpo+branch": ("branch", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "grpo+branch_token": ("branch_token", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "bnpo": ("none", 0.0, "reverse", "bnpo", "seq-mean-token-mean", 0.2, False, 0),
     "bnpo+branch": ("branch", 0.05, "reverse", "bnpo", "seq-mean-token-mean", 0.2, False, 0),
     "dapo": ("none", 0.0, "reverse", "grpo", "token-mean", 0.28, True, 64),
     "dapo+branch": ("branch", 0.05, "reverse", "grpo", "token-mean", 0.28, True, 64),
 }
+
+
+def test_every_preset_is_checked():
+    from sagerl.train.presets import list_presets
+
+    assert list(list_presets()) == list(EXPECTED)
 
 
 @pytest.mark.parametrize("preset", list(EXPECTED))

@@ -1,0 +1,24 @@
+"""``sagerl study``: presets × seeds × overrides -> one train + eval run folder per cell -> one table.
+
+- :mod:`sagerl.study.spec`: the study file (:func:`load_study`, :class:`Study`, :class:`Cell`).
+- :mod:`sagerl.study.runner`: running cells, resumable, failures recorded (:func:`run_study`).
+- :mod:`sagerl.study.table`: mean and 95% CI over seeds of every metric, ``table.md`` and plots.
+"""
+
+from sagerl.study.runner import cell_commands, reference_command, run_study, study_folder
+from sagerl.study.spec import Cell, Study, load_study, parse_study
+from sagerl.study.table import collect, t_interval, write_study_table
+
+__all__ = [
+    "Cell",
+    "Study",
+    "cell_commands",
+    "collect",
+    "load_study",
+    "parse_study",
+    "reference_command",
+    "run_study",
+    "study_folder",
+    "t_interval",
+    "write_study_table",
+]

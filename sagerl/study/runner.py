@@ -1,0 +1,191 @@
+"""Run a study cell by cell: the reference evaluation, then train + evaluate for every (cell, seed).
+
+Folder layout under the study folder ``OUT``::
+
+    OUT/study.yaml                      the study as run (resolved cells)
+    OUT/reference/                      sagerl eval of the model before any training
+    OUT/cells/<cell>/seed-<s>/train/    sagerl train run folder (config.yaml, metrics.jsonl, model/)
+    OUT/cells/<cell>/seed-<s>/eval/     sagerl eval run folder of train/model
+    OUT/cells/<cell>/seed-<s>/cell.json status ("ok" | "failed"), error, times
+    OUT/study.json, OUT/table.md, OUT/*.png   the aggregate (:mod:`sagerl.study.table`)
+
+Each cell runs through the same functions as ``sagerl train`` and ``sagerl eval`` (so their run-folder
+locks, resumption and checks apply). A cell that raises is recorded as failed, with its error, and the
+study goes on; rerunning the study skips finished cells and retries failed or unfinished ones. With
+``dry_run`` nothing runs: :func:`cell_commands` gives the equivalent shell commands of every cell, for a
+cluster user to submit to a scheduler, and ``sagerl study FILE --aggregate-only`` builds the table from
+what they wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagerl.atomic_files import atomic_write_text
+from sagerl.errors import first_line
+from sagerl.study.spec import Cell, Study
+
+CELL_FILE = "cell.json"
+REFERENCE = "reference"
+
+
+def study_folder(study: Study, out: str | Path | None) -> Path:
+    """``out``, or ``runs/study-<name>``."""
+    return Path(out) if out is not None else Path("runs") / f"study-{study.name}"
+
+
+def _train_overrides(study: Study, cell: Cell) -> dict[str, Any]:
+    return {
+        **study.common,
+        **cell.overrides,
+        "seed": cell.seed,
+        "max_steps": study.steps,
+        "model": study.model,
+        "dataset": study.dataset,
+    }
+
+
+def _eval_kwargs(study: Study) -> dict[str, Any]:
+    e = study.eval
+    return dict(
+        n=e.n,
+        limit=e.limit,
+        max_new_tokens=e.max_new_tokens,
+        temperature=e.temperature,
+        top_p=e.top_p,
+        seed=e.seed,
+        few_shot=e.few_shot,
+        batch_size=e.batch_size,
+    )
+
+
+def _eval_args(study: Study, model: str, out: Path) -> list[str]:
+    e = study.eval
+    args = ["sagerl", "eval", "--model", model, "--dataset", ",".join(e.datasets), "-n", str(e.n)]
+    args += ["--max-new-tokens", str(e.max_new_tokens), "--temperature", str(e.temperature)]
+    args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--out", str(out)]
+    for flag, value in (("--limit", e.limit), ("--few-shot", e.few_shot), ("--batch-size", e.batch_size)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _set_value(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def cell_commands(study: Study, out: Path, cell: Cell) -> list[str]:
+    """The ``sagerl train`` and ``sagerl eval`` commands that run ``cell`` (what ``--dry-run`` prints)."""
+    folder = out / cell.folder
+    args = ["sagerl", "train", "--preset", cell.preset, "--output-dir", str(folder / "train")]
+    if study.model is not None:
+        args += ["--model", study.model]
+    args += ["--dataset", study.dataset, "--max-steps", str(study.steps)]
+    for key, value in {**study.common, **cell.overrides, "seed": cell.seed}.items():
+        args += ["--set", f"{key}={_set_value(value)}"]
+    return [shlex.join(args), shlex.join(_eval_args(study, str(folder / "train" / "model"), folder / "eval"))]
+
+
+def reference_command(study: Study, out: Path) -> str:
+    """The ``sagerl eval`` command of the reference (the model before training)."""
+    return shlex.join(_eval_args(study, study.model or "smollm2-135m-instruct", out / REFERENCE))
+
+
+def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:
+    """The cell's ``cell.json``, or None when it has not run (or the file is unreadable)."""
+    path = out / cell.folder / CELL_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_status(out: Path, cell: Cell, status: dict[str, Any]) -> None:
+    atomic_write_text(out / cell.folder / CELL_FILE, json.dumps(status, indent=2) + "\n")
+
+
+def run_reference(study: Study, out: Path, progress: bool = False) -> Path:
+    """Evaluate the untrained model once (resumable); returns its eval folder."""
+    from sagerl.eval import evaluate
+
+    folder = out / REFERENCE
+    evaluate(study.model, study.eval.datasets, out=folder, progress=progress, **_eval_kwargs(study))
+    return folder
+
+
+def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
+    """Train and evaluate one cell; returns (and writes) its status. Never raises for a failing cell
+    (except KeyboardInterrupt)."""
+    from sagerl.eval import evaluate
+    from sagerl.train.run import train
+
+    folder = out / cell.folder
+    status: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "seed": cell.seed}
+    status["overrides"] = cell.overrides
+    started = time.perf_counter()
+    try:
+        model = train(cell.preset, _train_overrides(study, cell), folder / "train", quiet=not progress)
+        status["train_s"] = round(time.perf_counter() - started, 2)
+        t = time.perf_counter()
+        evaluate(
+            str(model), study.eval.datasets, out=folder / "eval", progress=progress, **_eval_kwargs(study)
+        )
+        status["eval_s"] = round(time.perf_counter() - t, 2)
+        status["status"] = "ok"
+    except Exception as exc:  # a failing cell is reported, and the study goes on
+        status["status"] = "failed"
+        status["error"] = f"{type(exc).__name__}: {first_line(exc)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / "error.txt", traceback.format_exc())
+    status["total_s"] = round(time.perf_counter() - started, 2)
+    _write_status(out, cell, status)
+    return status
+
+
+def run_study(
+    study: Study,
+    out: str | Path | None = None,
+    *,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Run every unfinished cell of ``study`` (reference first), then write the aggregate table.
+
+    Returns:
+        the study folder.
+
+    Raises:
+        SagerlError: the reference evaluation fails (every comparison needs it).
+    """
+    from sagerl.study.table import write_study_table
+
+    out = study_folder(study, out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards" for every cell
+    record = {"name": study.name, "source": study.source, "cells": [c.__dict__ for c in study.cells]}
+    atomic_write_text(out / "study.yaml", yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    start = time.perf_counter()
+    log(f"reference: {study.model or 'embedded model'} on {', '.join(study.eval.datasets)}")
+    run_reference(study, out, progress=progress)
+    for i, cell in enumerate(study.cells, start=1):
+        previous = read_cell_status(out, cell)
+        if previous is not None and previous.get("status") == "ok":
+            log(f"[{i}/{len(study.cells)}] {cell.name} seed {cell.seed}: done before, skipped")
+            continue
+        status = run_cell(study, out, cell, progress=progress)
+        detail = f"{status['total_s']:.0f} s" if status["status"] == "ok" else status["error"]
+        log(f"[{i}/{len(study.cells)}] {cell.name} seed {cell.seed}: {status['status']} ({detail})")
+    write_study_table(study, out)
+    log(f"study total {time.perf_counter() - start:.0f} s this call; table: {out / 'table.md'}")
+    return out

@@ -1,0 +1,292 @@
+"""A study file: presets × seeds × overrides, the model and tasks, the step budget and the eval settings.
+
+Layout (YAML)::
+
+    name: planted-grid                 # the default output folder is runs/study-<name>
+    model: planted-reference           # any --model value: a folder, a hub id, a built-in name
+    train:
+      dataset: planted_train           # any --dataset value
+      steps: 60                        # optimizer steps per cell
+      set: {learning_rate: 1.0e-3}     # --set overrides for every cell (trainer or run keys)
+    eval:
+      datasets: [planted_common, planted_rare]
+      n: 64                            # samples per problem: pass@k for k = 1, 2, 4, ..., n
+      max_new_tokens: 24
+      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed
+    seeds: [0, 1, 2]
+    cells:
+      - preset: grpo
+      - preset: grpo+branch
+        name: grpo+branch@reward       # default: the preset, then the overrides as key=value
+        set: {kl_placement: reward}
+        seeds: [0]                     # optional: this cell's own seeds
+    sweeps:                            # optional: each grid expands into one cell per combination
+      - preset: grpo+branch
+        grid: {gamma: [0.3, 1.0], tau: [0.5, 1.0]}
+        seeds: [0]
+
+:func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
+section keys, unknown presets, unknown or ill-typed ``set`` keys (through the same resolution as
+``sagerl train --set``), duplicate cell names. Errors name the file, the cell and the key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagerl.errors import ConfigError, SagerlError
+
+TOP_KEYS = {"name", "model", "train", "eval", "seeds", "cells", "sweeps"}
+TRAIN_KEYS = {"dataset", "steps", "set"}
+EVAL_KEYS = {
+    "datasets",
+    "n",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "limit",
+    "few_shot",
+    "batch_size",
+    "seed",
+}
+CELL_KEYS = {"preset", "name", "set", "seeds"}
+SWEEP_KEYS = {"preset", "grid", "set", "seeds", "name"}
+RESERVED = {"seed", "max_steps", "model", "dataset", "output_dir"}
+"""Keys a cell's ``set`` may not hold: the study sets them (seeds, steps, model, dataset, folders)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (preset, overrides, seed) run of a study."""
+
+    name: str
+    preset: str
+    overrides: dict[str, Any]
+    seed: int
+
+    @property
+    def folder(self) -> str:
+        """Relative folder of the cell's runs: ``cells/<safe name>/seed-<seed>``."""
+        return f"cells/{safe_name(self.name)}/seed-{self.seed}"
+
+
+@dataclass
+class EvalSettings:
+    """Arguments of :func:`sagerl.eval.evaluate` shared by every cell (and the reference)."""
+
+    datasets: list[str]
+    n: int = 16
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    limit: int | None = None
+    few_shot: int | None = None
+    batch_size: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class Study:
+    """A parsed, checked study file."""
+
+    name: str
+    model: str | None
+    dataset: str
+    steps: int
+    common: dict[str, Any]
+    eval: EvalSettings
+    cells: list[Cell] = field(default_factory=list)
+    source: str = "<study>"
+
+    @property
+    def cell_names(self) -> list[str]:
+        """Cell names in file order, each once."""
+        return list(dict.fromkeys(c.name for c in self.cells))
+
+
+def safe_name(name: str) -> str:
+    """A folder name for a cell name: ``+`` and ``=`` kept, other unsafe characters replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.+=@,-]", "_", name)
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _unknown(keys: set, allowed: set, where: str) -> None:
+    extra = sorted(set(keys) - allowed)
+    if extra:
+        raise ConfigError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(sorted(allowed))})")
+
+
+def _seeds(value: Any, where: str) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    ):
+        raise ConfigError(f"{where}: seeds must be an integer or a non-empty list of integers, got {value!r}")
+    return list(dict.fromkeys(value))
+
+
+def _format_value(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def default_cell_name(preset: str, overrides: dict[str, Any]) -> str:
+    """``preset`` then ``@key=value`` for each override, in order (``grpo+branch@gamma=1.0@tau=0.5``)."""
+    return preset + "".join(f"@{k}={_format_value(v)}" for k, v in overrides.items())
+
+
+def _check_cell(preset: str, overrides: dict[str, Any], where: str) -> None:
+    """Resolve the cell's config as ``sagerl train`` would, so a bad preset, key or type fails now."""
+    from sagerl.train.run import resolve_config
+
+    reserved = sorted(RESERVED & set(overrides))
+    if reserved:
+        raise ConfigError(
+            f"{where}: key {reserved[0]!r} is set by the study itself (seeds, train.steps, model, dataset)"
+        )
+    try:
+        resolve_config(preset, overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _normalise_overrides(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The overrides as ``sagerl train --set key=value`` reads them (same key checks and value parsing)."""
+    from sagerl.train.run import parse_overrides
+
+    for key in raw:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: override keys must be strings, got {key!r}")
+    try:
+        return parse_overrides([f"{key}={_format_value(value)}" for key, value in raw.items()])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_study(data: Any, source: str = "<study>") -> Study:
+    """Check and expand a study mapping (what the YAML file holds) into a :class:`Study`.
+
+    Raises:
+        ConfigError: anything wrong, naming ``source``, the cell and the key.
+    """
+    data = _mapping(data, source)
+    _unknown(set(data), TOP_KEYS, source)
+    name = str(data.get("name") or Path(source).stem)
+    model = data.get("model")
+    model = None if model is None else str(model)
+
+    train = _mapping(data.get("train"), f"{source}: train")
+    _unknown(set(train), TRAIN_KEYS, f"{source}: train")
+    dataset = str(train.get("dataset", "arith_train"))
+    steps = train.get("steps", 20)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"{source}: train.steps must be a positive integer, got {steps!r}")
+    common = _normalise_overrides(_mapping(train.get("set"), f"{source}: train.set"), f"{source}: train.set")
+
+    ev = _mapping(data.get("eval"), f"{source}: eval")
+    _unknown(set(ev), EVAL_KEYS, f"{source}: eval")
+    datasets = ev.get("datasets")
+    if isinstance(datasets, str):
+        datasets = [d.strip() for d in datasets.split(",") if d.strip()]
+    if not isinstance(datasets, list) or not datasets:
+        raise ConfigError(f"{source}: eval.datasets must name at least one dataset")
+    try:
+        eval_settings = EvalSettings(
+            datasets=[str(d) for d in datasets], **{k: v for k, v in ev.items() if k != "datasets"}
+        )
+    except TypeError as exc:
+        raise ConfigError(f"{source}: eval: {exc}") from None
+    for key, kind in (
+        ("n", int),
+        ("max_new_tokens", int),
+        ("seed", int),
+        ("temperature", float),
+        ("top_p", float),
+    ):
+        value = getattr(eval_settings, key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (kind is int and not isinstance(value, int))
+        ):
+            raise ConfigError(
+                f"{source}: eval.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+            )
+    if eval_settings.n < 1 or eval_settings.max_new_tokens < 1:
+        raise ConfigError(f"{source}: eval.n and eval.max_new_tokens must be >= 1")
+
+    seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
+    entries: list[tuple[str, str, str, dict[str, Any], list[int]]] = []  # where, name, preset, set, seeds
+    for i, raw in enumerate(data.get("cells") or []):
+        where = f"{source}: cells[{i}]"
+        raw = _mapping(raw, where)
+        _unknown(set(raw), CELL_KEYS, where)
+        if "preset" not in raw:
+            raise ConfigError(f"{where}: needs a preset")
+        preset = str(raw["preset"])
+        overrides = _normalise_overrides(_mapping(raw.get("set"), f"{where}.set"), f"{where}.set")
+        cell_name = str(raw.get("name") or default_cell_name(preset, overrides))
+        cell_seeds = _seeds(raw.get("seeds", seeds), f"{where}.seeds")
+        entries.append((f"{where} {cell_name!r}", cell_name, preset, overrides, cell_seeds))
+    for i, raw in enumerate(data.get("sweeps") or []):
+        where = f"{source}: sweeps[{i}]"
+        raw = _mapping(raw, where)
+        _unknown(set(raw), SWEEP_KEYS, where)
+        if "preset" not in raw:
+            raise ConfigError(f"{where}: needs a preset")
+        preset = str(raw["preset"])
+        grid = _mapping(raw.get("grid"), f"{where}.grid")
+        if not grid or not all(isinstance(v, list) and v for v in grid.values()):
+            raise ConfigError(f"{where}: grid must map each key to a non-empty list of values")
+        fixed = _normalise_overrides(_mapping(raw.get("set"), f"{where}.set"), f"{where}.set")
+        sweep_seeds = _seeds(raw.get("seeds", seeds), f"{where}.seeds")
+        for combo in itertools.product(*grid.values()):
+            point = _normalise_overrides(dict(zip(grid, combo, strict=True)), f"{where}.grid")
+            overrides = {**fixed, **point}
+            prefix = f"{raw['name']}@" if raw.get("name") else ""
+            cell_name = prefix + default_cell_name(preset, overrides)
+            entries.append((f"{where} {cell_name!r}", cell_name, preset, overrides, sweep_seeds))
+    if not entries:
+        raise ConfigError(f"{source}: no cells (give 'cells' or 'sweeps')")
+    seen: dict[str, str] = {}
+    cells = []
+    for where, cell_name, preset, overrides, cell_seeds in entries:
+        if safe_name(cell_name) in seen:
+            raise ConfigError(f"{where}: the name is used twice (set 'name' to tell the cells apart)")
+        seen[safe_name(cell_name)] = cell_name
+        _check_cell(preset, {**common, **overrides}, where)
+        cells.extend(Cell(cell_name, preset, dict(overrides), s) for s in cell_seeds)
+    return Study(name, model, dataset, steps, common, eval_settings, cells, source)
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a study YAML file.
+
+    Raises:
+        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_study`.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SagerlError(f"{path}: cannot read the study file ({exc.strerror or exc})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SagerlError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    return parse_study(data, str(path))

@@ -1,0 +1,313 @@
+"""The study's one table: every cell's metrics as mean and 95% CI over seeds, with plots.
+
+Per (cell, seed), from the files the runs wrote (:mod:`sagerl.analysis` reads them):
+
+- ``pass@k/<dataset>`` for k = 1, 2, 4, ..., n and every eval dataset, and ``pass@k/average`` (the
+  unweighted mean over datasets), from ``results.json``;
+- empirical support against the reference (the model before training), at the sample budget n:
+  ``solved`` (problems solved at least once), ``preserved``, ``expanded``, ``shrunk``, per dataset and
+  ``/total`` (:func:`sagerl.analysis.support.support_taxonomy`);
+- ``strategy/<label>``: the share of all completions that use each strategy, and
+  ``strategy_correct/<label>`` among correct ones (:func:`sagerl.analysis.patterns.pattern_shares`, the
+  exact recorded strategy where the task records one, the lexicon otherwise);
+- ``kl/reference`` (nats per token, the plain k3 estimate of KL(π‖π_ref)) and ``entropy`` (nats per token)
+  of the policy, each the mean of the last :data:`LAST_STEPS` logged training steps.
+
+The CI over seeds is Student's t interval, mean ± t_{0.975, s−1}·sd/√s over the s seeds, cut to the
+metric's range (no interval with one seed). ``study.json`` holds every value of every seed; ``table.md`` a selection; plots:
+``passk.png`` (mean pass@k curves with CI bands per dataset, the reference dashed) and ``strategies.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sagerl.atomic_files import atomic_write_text
+from sagerl.study.runner import REFERENCE, read_cell_status
+from sagerl.study.spec import Study
+
+LAST_STEPS = 5
+PROBABILITIES = ("pass@", "strategy/", "strategy_correct/")
+"""Metrics that are probabilities (their intervals are cut to [0, 1]; every other metric is >= 0)."""
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)
+"""Student t 0.975 quantiles for 1..14 degrees of freedom (1.96 beyond)."""
+
+
+def t_interval(
+    values: Sequence[float], low: float = -math.inf, high: float = math.inf
+) -> tuple[float, float, float]:
+    """(mean, lower, upper): Student's t 95% interval of the mean, cut to the metric's range [low, high];
+    lower = upper = mean for one value.
+
+    NaN values are left out; all-NaN gives NaNs.
+    """
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    if x.size == 1:
+        return (mean, mean, mean)
+    t = _T975[x.size - 2] if x.size - 2 < len(_T975) else 1.96
+    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return (mean, max(low, mean - half), min(high, mean + half))
+
+
+def _training_tail(train_dir: Path) -> dict[str, float]:
+    path = train_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    out = {}
+    for key in ("kl/reference", "entropy", "reward"):
+        values = [r[key] for r in rows if isinstance(r.get(key), int | float)][-LAST_STEPS:]
+        if values:
+            out[key] = float(np.mean(values))
+    return out
+
+
+def eval_metrics(eval_dir: Path, reference: Any | None) -> dict[str, float]:
+    """Flat metrics of one eval run folder (see the module docstring); support needs ``reference``
+    (an :class:`sagerl.analysis.EvalRun`)."""
+    from sagerl.analysis import load_eval_run
+    from sagerl.analysis.patterns import pattern_shares
+    from sagerl.analysis.support import support_taxonomy
+    from sagerl.eval.results import read_results
+
+    results = read_results(eval_dir)
+    metrics: dict[str, float] = {}
+    entries = dict(results["datasets"])
+    if len(entries) > 1:
+        entries["average"] = results["average"]
+    for name, entry in entries.items():
+        for key, value in entry.items():
+            if key.startswith("pass@"):
+                metrics[f"{key}/{name}"] = float(value)
+    run = load_eval_run(eval_dir)
+    if reference is not None:
+        support = support_taxonomy(reference, run)
+        for name, entry in [*support["datasets"].items(), ("total", support["total"])]:
+            counts = entry["counts"]
+            metrics[f"solved/{name}"] = counts["preserved"] + counts["expanded"]
+            for category in ("preserved", "expanded", "shrunk"):
+                metrics[f"{category}/{name}"] = counts[category]
+    shares = pattern_shares(run, "auto", among=("all", "correct"))
+    for population, prefix in (("all", "strategy"), ("correct", "strategy_correct")):
+        for label, value in shares[population]["shares"].items():
+            metrics[f"{prefix}/{label}"] = value["share"]
+    metrics["_classifier"] = shares["classifier"]  # type: ignore[assignment]
+    return metrics
+
+
+def collect(study: Study, out: Path) -> dict[str, Any]:
+    """Every metric of every finished (cell, seed), the reference's, and the cells' summaries."""
+    from sagerl.analysis import load_eval_run
+
+    ref_dir = out / REFERENCE
+    reference = load_eval_run(ref_dir) if (ref_dir / "results.json").is_file() else None
+    data: dict[str, Any] = {"study": study.name, "n": study.eval.n, "datasets": study.eval.datasets}
+    data["reference"] = eval_metrics(ref_dir, reference) if reference is not None else None
+    cells: dict[str, Any] = {}
+    for cell in study.cells:
+        entry = cells.setdefault(
+            cell.name, {"preset": cell.preset, "overrides": cell.overrides, "per_seed": {}, "failed": {}}
+        )
+        status = read_cell_status(out, cell)
+        if status is None:
+            continue
+        if status.get("status") != "ok":
+            entry["failed"][str(cell.seed)] = status.get("error", "unknown error")
+            continue
+        folder = out / cell.folder
+        metrics = eval_metrics(folder / "eval", reference)
+        metrics.update(_training_tail(folder / "train"))
+        metrics.update({k: status[k] for k in ("train_s", "eval_s", "total_s") if k in status})
+        entry["per_seed"][str(cell.seed)] = metrics
+    for entry in cells.values():
+        keys = sorted({k for m in entry["per_seed"].values() for k in m if not k.startswith("_")})
+        summary = {}
+        for key in keys:
+            missing = (
+                0.0 if key.startswith(("strategy/", "strategy_correct/")) else math.nan
+            )  # unseen: share 0
+            values = [m.get(key, missing) for m in entry["per_seed"].values()]
+            bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, math.inf)
+            mean, lo, hi = t_interval(values, *bounds)
+            summary[key] = {"mean": mean, "ci": [lo, hi], "values": values}
+        entry["summary"] = summary
+    data["cells"] = cells
+    data["total_time_s"] = round(
+        sum(m.get("total_s", 0.0) for e in cells.values() for m in e["per_seed"].values()), 1
+    )
+    return data
+
+
+def _fmt(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int = 1) -> str:
+    if summary is None or key not in summary:
+        return "—"
+    s = summary[key]
+    scale = 100.0 if percent else 1.0
+    mean, (lo, hi) = s["mean"] * scale, (s["ci"][0] * scale, s["ci"][1] * scale)
+    if math.isnan(mean):
+        return "—"
+    if lo == hi:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _columns(data: Mapping[str, Any]) -> list[tuple[str, str, bool, int]]:
+    """(header, metric key, as percent, digits) of the markdown table."""
+    n = data["n"]
+    datasets = list(data["datasets"]) + (["average"] if len(data["datasets"]) > 1 else [])
+    cols = []
+    for ds in datasets:
+        for k in sorted({1, min(8, n), n}):
+            cols.append((f"{ds} pass@{k} (%)", f"pass@{k}/{ds}", True, 1))
+    for ds in data["datasets"]:
+        cols.append((f"{ds} solved", f"solved/{ds}", False, 1))
+    cols += [("expanded", "expanded/total", False, 1), ("shrunk", "shrunk/total", False, 1)]
+    labels = sorted(
+        {
+            k.split("/", 1)[1]
+            for e in data["cells"].values()
+            for k in e.get("summary", {})
+            if k.startswith("strategy/")
+        }
+    )
+    cols += [(f"{label} share (%)", f"strategy/{label}", True, 1) for label in labels]
+    cols += [
+        ("KL to ref (nats/token)", "kl/reference", False, 3),
+        ("entropy (nats/token)", "entropy", False, 3),
+    ]
+    return cols
+
+
+def render_markdown(data: Mapping[str, Any]) -> str:
+    """``table.md``: one row per cell (mean [95% CI] over seeds), the reference first."""
+    cols = _columns(data)
+    header = ["cell", "seeds", *[c[0] for c in cols]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    if data.get("reference"):
+        ref = {
+            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
+        }
+        lines.append(
+            "| reference (before training) | — | "
+            + " | ".join(_fmt(ref, c[1], c[2], c[3]) for c in cols)
+            + " |"
+        )
+    for name, entry in data["cells"].items():
+        seeds = len(entry["per_seed"])
+        cells = [_fmt(entry.get("summary"), c[1], c[2], c[3]) for c in cols]
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
+        for seed, error in entry["failed"].items():
+            lines.append(f"| {name} (seed {seed}) | failed | {error} |" + " |" * (len(cols) - 1))
+    return "\n".join(lines) + "\n"
+
+
+def plot_passk(data: Mapping[str, Any], path: Path) -> Path:
+    """Mean pass@k over seeds per cell (t-interval bands), one panel per dataset; the reference dashed."""
+    from sagerl.eval.plots import _pyplot, _save, _style_axis
+
+    plt = _pyplot()
+    datasets = list(data["datasets"])
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.0), squeeze=False)
+    for ax, ds in zip(axes.flat, datasets, strict=True):
+        ks_all: set[int] = set()
+        ref = data.get("reference") or {}
+        ks = sorted(
+            int(k.split("@")[1].split("/")[0]) for k in ref if k.startswith("pass@") and k.endswith(f"/{ds}")
+        )
+        if ks:
+            ax.plot(ks, [ref[f"pass@{k}/{ds}"] for k in ks], "k--", label="reference", linewidth=1.5)
+            ks_all.update(ks)
+        for name, entry in data["cells"].items():
+            summary = entry.get("summary", {})
+            ks = sorted(
+                int(k.split("@")[1].split("/")[0])
+                for k in summary
+                if k.startswith("pass@") and k.endswith(f"/{ds}")
+            )
+            if not ks:
+                continue
+            mean = [summary[f"pass@{k}/{ds}"]["mean"] for k in ks]
+            (line,) = ax.plot(ks, mean, marker="o", markersize=2.5, label=name, linewidth=1.2)
+            lo = [summary[f"pass@{k}/{ds}"]["ci"][0] for k in ks]
+            hi = [summary[f"pass@{k}/{ds}"]["ci"][1] for k in ks]
+            ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
+            ks_all.update(ks)
+        _style_axis(ax, ds, sorted(ks_all))
+    axes.flat[0].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
+    """Share of each strategy among all completions, per cell (mean over seeds, t-interval error bars)."""
+    from sagerl.eval.plots import _pyplot, _save
+
+    plt = _pyplot()
+    names = list(data["cells"])
+    labels = sorted(
+        {
+            k.split("/", 1)[1]
+            for e in data["cells"].values()
+            for k in e.get("summary", {})
+            if k.startswith("strategy/")
+        }
+    )
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) * max(1, len(labels)) / 2), 4.0))
+    width = 0.8 / max(1, len(labels))
+    x = np.arange(len(names))
+    for j, label in enumerate(labels):
+        means, errs = [], [[], []]
+        for name in names:
+            s = data["cells"][name].get("summary", {}).get(f"strategy/{label}")
+            mean = s["mean"] if s else 0.0
+            means.append(mean)
+            errs[0].append(max(0.0, mean - s["ci"][0]) if s else 0.0)
+            errs[1].append(max(0.0, s["ci"][1] - mean) if s else 0.0)
+        ax.bar(x + j * width - 0.4 + width / 2, means, width, yerr=errs, label=label, capsize=2)
+    ref = data.get("reference") or {}
+    for j, label in enumerate(labels):
+        value = ref.get(f"strategy/{label}")
+        if value is not None:
+            ax.axhline(value, color=f"C{j}", linestyle=":", linewidth=1)
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=7)
+    ax.set_ylabel("share of completions")
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("strategy shares (dotted: reference)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def write_study_table(study: Study, out: Path) -> dict[str, Any]:
+    """Collect, then write ``study.json``, ``table.md``, ``passk.png`` and ``strategies.png``; returns the data."""
+    from sagerl.analysis.output import jsonable
+
+    data = collect(study, out)
+    atomic_write_text(out / "study.json", json.dumps(jsonable(data), indent=2) + "\n")
+    atomic_write_text(out / "table.md", render_markdown(data))
+    if any(e["per_seed"] for e in data["cells"].values()):
+        plot_passk(data, out / "passk.png")
+        plot_strategies(data, out / "strategies.png")
+    return data

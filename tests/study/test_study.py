@@ -1,0 +1,175 @@
+"""``sagerl study``: the study file's checks, the table's statistics, and a small study end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from sagerl.cli import main
+from sagerl.errors import ConfigError
+from sagerl.study import load_study, parse_study, run_study, t_interval
+
+BASE = {
+    "name": "t",
+    "model": "planted-reference",
+    "train": {"dataset": "planted_train", "steps": 2, "set": {"learning_rate": 1.0e-3}},
+    "eval": {"datasets": ["planted_common", "planted_rare"], "n": 2, "limit": 4, "max_new_tokens": 24},
+    "seeds": [0, 1],
+}
+
+
+def study(**changes):
+    data = {**BASE, **changes}
+    return parse_study(data, "grid.yaml")
+
+
+def test_cells_expand_over_seeds_and_sweeps():
+    s = study(
+        cells=[
+            {"preset": "grpo"},
+            {"preset": "grpo+branch", "set": {"kl-placement": "reward"}, "seeds": [5]},
+        ],
+        sweeps=[{"preset": "grpo+branch", "grid": {"gamma": [0.5, 1], "tau": [1.0]}, "seeds": 3}],
+    )
+    assert [(c.name, c.seed) for c in s.cells] == [
+        ("grpo", 0),
+        ("grpo", 1),
+        ("grpo+branch@kl_placement=reward", 5),
+        ("grpo+branch@gamma=0.5@tau=1.0", 3),
+        ("grpo+branch@gamma=1@tau=1.0", 3),
+    ]
+    assert s.cells[2].overrides == {"kl_placement": "reward"}  # --set's key normalisation
+    assert s.cells[3].overrides == {"gamma": 0.5, "tau": 1.0}
+    assert s.cells[0].folder == "cells/grpo/seed-0"
+    assert s.cell_names == ["grpo", "grpo+branch@kl_placement=reward", "grpo+branch@gamma=0.5@tau=1.0",
+                            "grpo+branch@gamma=1@tau=1.0"]  # fmt: skip
+    assert s.common == {"learning_rate": 1e-3} and s.steps == 2 and s.eval.n == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            dict(cells=[{"preset": "grpo"}, {"preset": "grpoo"}]),
+            r"grid.yaml: cells\[1\] 'grpoo': unknown preset 'grpoo'",
+        ),
+        (
+            dict(cells=[{"preset": "grpo", "set": {"gama": 1}}]),
+            r"cells\[0\].set: unknown config key 'gama' \(did you mean gamma",
+        ),
+        (
+            dict(cells=[{"preset": "grpo+branch", "set": {"gamma": "strong"}}]),
+            r"cells\[0\] 'grpo\+branch@gamma=strong': config key 'gamma' expects a float",
+        ),
+        (
+            dict(cells=[{"preset": "grpo", "set": {"seed": 3}}]),
+            r"cells\[0\] 'grpo@seed=3': key 'seed' is set by the study itself",
+        ),
+        (dict(cells=[{"preset": "grpo"}, {"preset": "grpo"}]), r"cells\[1\] 'grpo': the name is used twice"),
+        (dict(cells=[{"preset": "grpo", "seeds": []}]), r"cells\[0\].seeds: seeds must be"),
+        (dict(cells=[{"preset": "grpo", "colour": 1}]), r"cells\[0\]: unknown key 'colour'"),
+        (dict(cells=[{"preset": "grpo"}], epochs=3), r"grid.yaml: unknown key 'epochs'"),
+        (dict(cells=[]), r"no cells"),
+        (dict(cells=[{"preset": "grpo"}], eval={"datasets": ["planted"], "n": 0}), r"eval.n"),
+        (
+            dict(cells=[{"preset": "grpo"}], eval={"datasets": ["planted"], "n": "many"}),
+            r"eval.n must be an integer",
+        ),
+        (dict(cells=[{"preset": "grpo"}], train={"steps": 0}), r"train.steps must be a positive integer"),
+        (
+            dict(sweeps=[{"preset": "grpo+branch", "grid": {"gamma": 0.5}}]),
+            r"sweeps\[0\]: grid must map each key to a non-empty list",
+        ),
+    ],
+)
+def test_bad_study_files_fail_before_training_naming_cell_and_key(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        study(**changes)
+
+
+def test_t_interval_closed_form():
+    mean, lo, hi = t_interval([1.0, 2.0, 3.0])
+    half = 4.303 * 1.0 / math.sqrt(3)  # t_{0.975, 2} * sd / sqrt(3)
+    assert mean == 2.0 and lo == pytest.approx(2 - half) and hi == pytest.approx(2 + half)
+    assert t_interval([0.5]) == (0.5, 0.5, 0.5)
+    assert t_interval([0.1, 0.9], 0.0, 1.0)[1:] == (0.0, 1.0)  # cut to the metric's range
+    assert all(math.isnan(v) for v in t_interval([float("nan")]))
+
+
+def test_dry_run_prints_every_command(tmp_path, capsys):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "cells": [{"preset": "grpo+branch", "set": {"gamma": 0.5}}]}))
+    main(["study", str(path), "--dry-run", "--out", str(tmp_path / "out")])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 + 2 * 2 + 1  # reference, (train, eval) per seed, aggregate
+    assert lines[0].startswith(
+        "sagerl eval --model planted-reference --dataset planted_common,planted_rare -n 2"
+    )
+    train_seed1 = lines[3]
+    assert train_seed1.startswith("sagerl train --preset grpo+branch --output-dir")
+    assert (
+        "--set gamma=0.5" in train_seed1 and "--set seed=1" in train_seed1 and "--max-steps 2" in train_seed1
+    )
+    assert lines[-1].endswith("--aggregate-only")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_study_file_is_one_line_error(tmp_path, capsys):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "cells": [{"preset": "nope"}]}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["study", str(path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cells[0] 'nope': unknown preset 'nope'" in err[0]
+
+
+def test_two_cell_study_end_to_end(tmp_path, capsys):
+    """Two cells train and evaluate, a third fails without stopping them, a rerun skips the finished."""
+    spec = {
+        **BASE,
+        "cells": [
+            {"preset": "grpo"},
+            {"preset": "grpo+branch", "set": {"kl_placement": "reward"}, "seeds": [0]},
+            {"preset": "grpo+branch", "name": "broken", "set": {"guide": "teacher", "teacher_model": str(tmp_path / "none")}, "seeds": [0]},
+        ],
+        "train": {"dataset": "planted_train", "steps": 2, "set": {"per_device_train_batch_size": 8, "num_generations": 4}},
+    }  # fmt: skip
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    logs: list[str] = []
+    run_study(load_study(path), out, log=logs.append)
+    statuses = {
+        p.parent.parent.name + "/" + p.parent.name: json.loads(p.read_text())
+        for p in out.glob("cells/*/*/cell.json")
+    }
+    assert {k: v["status"] for k, v in statuses.items()} == {
+        "grpo/seed-0": "ok",
+        "grpo/seed-1": "ok",
+        "grpo+branch@kl_placement=reward/seed-0": "ok",
+        "broken/seed-0": "failed",
+    }
+    assert "does not load" in statuses["broken/seed-0"]["error"]
+    data = json.loads((out / "study.json").read_text())
+    grpo = data["cells"]["grpo"]
+    assert sorted(grpo["per_seed"]) == ["0", "1"] and data["cells"]["broken"]["failed"]["0"]
+    for metrics in grpo["per_seed"].values():
+        assert metrics["solved/total"] == metrics["preserved/total"] + metrics["expanded/total"]
+        assert metrics["solved/total"] == metrics["solved/planted_common"] + metrics["solved/planted_rare"]
+        shares = [v for k, v in metrics.items() if k.startswith("strategy/")]
+        assert sum(shares) == pytest.approx(1.0)  # one exact strategy label per completion
+        assert 0.0 <= metrics["pass@1/planted_rare"] <= metrics["pass@2/planted_rare"] <= 1.0
+    summary = grpo["summary"]["pass@1/average"]
+    assert summary["mean"] == pytest.approx(sum(summary["values"]) / 2)
+    table = (out / "table.md").read_text()
+    assert "| reference (before training) |" in table and "| broken (seed 0) | failed |" in table
+    assert (out / "passk.png").stat().st_size > 0 and (out / "strategies.png").stat().st_size > 0
+
+    logs.clear()
+    run_study(load_study(path), out, log=logs.append)  # rerun: finished cells are skipped, the failed retried
+    assert sum("done before, skipped" in line for line in logs) == 3
+    assert any(line.startswith("[4/4] broken seed 0: failed") for line in logs)
