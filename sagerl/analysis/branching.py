@@ -271,7 +271,7 @@ def rescore(
     import torch
 
     from sagerl.objective import branch_guide
-    from sagerl.tasks import default_few_shot, render_prompt
+    from sagerl.tasks import default_few_shot, default_prompt_format, render_prompt
 
     if batch_size < 1:
         raise ConfigError(f"batch size must be >= 1, got {batch_size}")
@@ -293,7 +293,9 @@ def rescore(
             few = default_few_shot(ds)
         for pid in run.problem_ids[ds][:limit]:
             p = problems[ds][pid]
-            text = render_prompt(tokenizer, p, few_shot=few, kind=p.kind)
+            text = render_prompt(
+                tokenizer, p, few_shot=few, kind=p.kind, prompt_format=default_prompt_format(ds)
+            )
             prompts.append(list(tokenizer(text, add_special_tokens=add_special)["input_ids"]))
             for rec in run.records[ds][pid]:
                 comp = list(tokenizer(rec.get("text", ""), add_special_tokens=False)["input_ids"])

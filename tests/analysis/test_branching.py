@@ -141,3 +141,31 @@ def test_unknown_dataset_is_a_clear_error(tmp_path, loaded):
     run = load_eval_run(write_run(tmp_path / "e", {"mystery": {"p": [record("mystery", "p", 0, True)]}}))
     with pytest.raises(SagerlError, match="--dataset-file mystery=PATH"):
         rescore(run, model, tokenizer, guide=GUIDE)
+
+
+def test_rescoring_a_raw_prompt_task_uses_its_prompts(tmp_path):
+    """The planted task's prompts are raw problem text: re-scored, the first completion token (the strategy
+    choice) has the entropy the built model's planted.json measured (a chat-style prompt would not)."""
+    import json
+    from pathlib import Path
+
+    from sagerl.analysis.branching import rescore
+    from sagerl.eval import evaluate
+    from sagerl.models import load_model, load_tokenizer, resolve_model
+    from sagerl.tasks.planted_model import REPORT_FILE
+
+    path = resolve_model("planted-reference")
+    evaluate(
+        "planted-reference", ["planted_rare"], n=2, limit=6, max_new_tokens=24, out=tmp_path, progress=False
+    )
+    items = rescore(
+        load_eval_run(tmp_path),
+        load_model(path),
+        load_tokenizer(path),
+        guide={"gamma": 1.0, "tau": 1.2, "q_min": 0.6, "q_max": 1.4},
+    )
+    decision = json.loads((Path(path) / REPORT_FILE).read_text())["decision_entropy"]
+    assert len(items) == 12
+    first = [float(item.entropy[0]) for item in items]
+    assert abs(sum(first) / len(first) - decision) < 0.05  # the same state for every problem
+    assert all(float(item.entropy[2:4].max()) < 0.5 for item in items)  # copying the digit is near-certain
