@@ -1,13 +1,37 @@
-"""Suite-wide pytest hooks: after any run that includes fault-suite tests, the fault table.
+"""Suite-wide fixtures and hooks.
 
-The table has one row per fault class of tests/faults/registry.py: the class, the behaviour sagerl
-guarantees, how many of its tests passed, and pass/FAIL. ``make test`` prints it after the whole suite;
-``python -m tests.faults`` runs only those tests.
+Fixtures: every test runs offline with the shared data sets (``SAGERL_DATA_DIR``, default
+``../shared/data``), and ``tiny_model`` is a 2-layer random Llama saved once per session.
+
+Hooks: after any run that includes fault-suite tests, the fault table. The table has one row per fault
+class of tests/faults/registry.py: the class, the behaviour sagerl guarantees, how many of its tests
+passed, and pass/FAIL. ``make test`` prints it after the whole suite; ``python -m tests.faults`` runs only
+those tests.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 from faults.registry import FAULT_CLASSES, classes_of  # tests/ is on sys.path (pytest rootdir import)
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("SAGERL_DATA_DIR", os.environ.get("SAGERL_DATA_DIR", str(DATA_DIR)))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer random Llama with the embedded model's tokenizer, saved once per session."""
+    from sagerl.models import save_tiny_random_model
+
+    return save_tiny_random_model(tmp_path_factory.mktemp("tiny") / "model", seed=0, initializer_range=1.0)
 
 _outcomes: dict[str, str] = {}  # node id -> "passed", "failed" or "skipped"
 
