@@ -74,6 +74,33 @@ class GuideParams:
     teacher_lambda: float = 1.0
     """teacher guide exponent λ."""
 
+    @classmethod
+    def from_config(cls, config: object) -> GuideParams:
+        """The guide parameters of an engine's config, whose fields carry the names the TRL adapter and the
+        verl plugin give them (``gamma``, ``tau``, ``q_min``, ``q_max``, ``token_alpha``, ``token_sigma``,
+        ``token_normalization``, ``random_kind``, ``random_eps``, ``random_sigma``, ``teacher_lambda``); a
+        field the config lacks keeps its default."""
+        values = {
+            name: getattr(config, field) for name, field in CONFIG_FIELDS.items() if hasattr(config, field)
+        }
+        return cls(**values)
+
+
+CONFIG_FIELDS = {
+    "gamma": "gamma",
+    "tau": "tau",
+    "q_min": "q_min",
+    "q_max": "q_max",
+    "alpha": "token_alpha",
+    "sigma": "token_sigma",
+    "normalization": "token_normalization",
+    "random_kind": "random_kind",
+    "random_eps": "random_eps",
+    "random_sigma": "random_sigma",
+    "teacher_lambda": "teacher_lambda",
+}
+""":class:`GuideParams` field -> the name of the engine config field that sets it."""
+
 
 def guide_inputs(name: str, params: GuideParams = GuideParams()) -> tuple[str, ...]:
     """The per-token inputs guide ``name`` reads, as keyword names of :func:`compute_guide`.

@@ -195,19 +195,7 @@ class SAGEConfig(GRPOConfig):
     @property
     def guide_params(self) -> GuideParams:
         """The guide fields as :class:`sagerl.objective.GuideParams`."""
-        return GuideParams(
-            gamma=self.gamma,
-            tau=self.tau,
-            q_min=self.q_min,
-            q_max=self.q_max,
-            alpha=self.token_alpha,
-            sigma=self.token_sigma,
-            normalization=self.token_normalization,
-            random_kind=self.random_kind,
-            random_eps=self.random_eps,
-            random_sigma=self.random_sigma,
-            teacher_lambda=self.teacher_lambda,
-        )
+        return GuideParams.from_config(self)
 
     @property
     def resolved_overlong_buffer_len(self) -> int:

@@ -135,18 +135,7 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     @property
     def guide_params(self) -> GuideParams:
         """The :class:`sagerl.objective.GuideParams` these fields say."""
-        return GuideParams(
-            gamma=self.gamma,
-            tau=self.tau,
-            q_min=self.q_min,
-            q_max=self.q_max,
-            alpha=self.token_alpha,
-            sigma=self.token_sigma,
-            normalization=self.token_normalization,
-            random_kind=self.random_kind,
-            random_eps=self.random_eps,
-            random_sigma=self.random_sigma,
-        )
+        return GuideParams.from_config(self)
 
 
 def is_sage(actor_config: Any) -> bool:
