@@ -1,4 +1,5 @@
-"""Atomic file writes: write a temporary file in the target's folder, then ``os.replace`` it into place.
+"""Atomic file writes: write a temporary file in the target's folder, then ``os.replace`` it into place
+(and the same for whole folders: :func:`build_folder`).
 
 A reader (or a rerun after a crash) sees either the old file or the whole new one, never half of one.
 The file gets the mode a plainly created file would (``mkstemp`` alone gives 0o600).
@@ -7,8 +8,9 @@ The file gets the mode a plainly created file would (``mkstemp`` alone gives 0o6
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,3 +59,28 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def build_folder(target: str | Path, build: Callable[[Path], None]) -> Path:
+    """Build a folder atomically: ``build(tmp)`` fills a temporary folder beside ``target``, which is then
+    renamed into place, so a crash never leaves a half-built ``target``.
+
+    If ``target`` appeared meanwhile (a concurrent build won the race), the new copy is discarded. On an
+    exception (KeyboardInterrupt included) the temporary folder is removed and the exception re-raised.
+
+    Returns:
+        ``target``.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build(tmp)
+        if target.exists():
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

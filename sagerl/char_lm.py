@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sagerl.atomic_files import build_folder
 from sagerl.models import cache_root
 
 ALPHABET = " 0123456789abcdefghijklmnopqrstuvwxyz.,:;=?!+-*/()[]{}<>|\\'\""
@@ -190,15 +190,4 @@ def cached_char_lm(
     target = cache_root() / "char_lm" / f"{name}-{digest}"
     if (target / "config.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        train_char_lm(phases, config, tmp)
-        if target.exists():  # a concurrent build won the race
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return build_folder(target, lambda folder: train_char_lm(phases, config, folder))

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from sagerl.atomic_files import build_folder
 from sagerl.errors import ModelLoadError, first_line
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
@@ -75,19 +74,11 @@ def embedded_model_dir() -> Path:
         )
     plain.generation_config = quantised.generation_config
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_MODEL}-", dir=target.parent))
-    try:
-        plain.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():  # a concurrent conversion won the race
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    def save(folder: Path) -> None:
+        plain.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    return build_folder(target, save)
 
 
 BUILT_IN_MODELS = {
