@@ -115,11 +115,22 @@ def _arith(seed: int, split: str, name: str) -> Callable[[int], list[Problem]]:
     return generate
 
 
-def _planted(seed: int, split: str, name: str, rare_share: float = 0.25) -> Callable[[int], list[Problem]]:
+def _planted(name: str, size: int, seed: int, split: str, rare_share: float = 0.25) -> DatasetSpec:
+    """A named planted-strategy set (raw prompts, exact strategies): the first n of its problems."""
+
     def generate(n: int) -> list[Problem]:
         return make_planted_problems(n, seed=seed, split=split, name=name, rare_share=rare_share)
 
-    return generate
+    return DatasetSpec(
+        name,
+        None,
+        kind="planted",
+        train=split == "train",
+        size=size,
+        generate=generate,
+        prompt_format="raw",
+        strategy=read_strategy,
+    )
 
 
 _KK_SPLITS = ("3ppl", "4ppl", "5ppl", "6ppl", "7ppl")
@@ -216,43 +227,10 @@ DATASETS: dict[str, DatasetSpec] = {
             size=ARITH_TRAIN_SIZE,
             generate=_arith(ARITH_TRAIN_SEED, "train", "arith_train"),
         ),
-        DatasetSpec(
-            "planted",
-            None,
-            kind="exact",
-            size=PLANTED_EVAL_SIZE,
-            generate=_planted(PLANTED_EVAL_SEED, "eval", "planted"),
-            prompt_format="raw",
-            strategy=read_strategy,
-        ),
-        DatasetSpec(
-            "planted_common",
-            None,
-            kind="exact",
-            size=PLANTED_CLASS_SIZE,
-            generate=_planted(PLANTED_EVAL_SEED + 100, "eval", "planted_common", rare_share=0.0),
-            prompt_format="raw",
-            strategy=read_strategy,
-        ),
-        DatasetSpec(
-            "planted_rare",
-            None,
-            kind="exact",
-            size=PLANTED_CLASS_SIZE,
-            generate=_planted(PLANTED_EVAL_SEED + 200, "eval", "planted_rare", rare_share=1.0),
-            prompt_format="raw",
-            strategy=read_strategy,
-        ),
-        DatasetSpec(
-            "planted_train",
-            None,
-            kind="exact",
-            train=True,
-            size=PLANTED_TRAIN_SIZE,
-            generate=_planted(PLANTED_TRAIN_SEED, "train", "planted_train"),
-            prompt_format="raw",
-            strategy=read_strategy,
-        ),
+        _planted("planted", PLANTED_EVAL_SIZE, PLANTED_EVAL_SEED, "eval"),
+        _planted("planted_common", PLANTED_CLASS_SIZE, PLANTED_EVAL_SEED + 100, "eval", rare_share=0.0),
+        _planted("planted_rare", PLANTED_CLASS_SIZE, PLANTED_EVAL_SEED + 200, "eval", rare_share=1.0),
+        _planted("planted_train", PLANTED_TRAIN_SIZE, PLANTED_TRAIN_SEED, "train"),
     )
 }
 """Named sets. ``arith`` (500 problems, levels 1-2, held-out expressions) and ``arith_train`` (20,000,
