@@ -23,7 +23,8 @@ Layout (YAML)::
     sweeps:                            # optional: each grid expands into one cell per combination
       - preset: grpo+branch
         grid: {gamma: [0.3, 1.0], tau: [0.5, 1.0]}
-        seeds: [0]
+        seeds: [0]                     # cells grpo+branch@gamma=0.3@tau=0.5, ...; with name: N,
+                                       # N@gamma=0.3@tau=0.5, ...
 
 :func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
 section keys, unknown presets, unknown or ill-typed ``set`` keys (through the same resolution as
@@ -258,8 +259,12 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         for combo in itertools.product(*grid.values()):
             point = _normalise_overrides(dict(zip(grid, combo, strict=True)), f"{where}.grid")
             overrides = {**fixed, **point}
-            prefix = f"{raw['name']}@" if raw.get("name") else ""
-            cell_name = prefix + default_cell_name(preset, overrides)
+            # a named sweep's cells are the name and the grid point; an unnamed one's, the preset and all
+            cell_name = (
+                default_cell_name(str(raw["name"]), point)
+                if raw.get("name")
+                else default_cell_name(preset, overrides)
+            )
             entries.append((f"{where} {cell_name!r}", cell_name, preset, overrides, sweep_seeds))
     if not entries:
         raise ConfigError(f"{source}: no cells (give 'cells' or 'sweeps')")

@@ -165,6 +165,18 @@ def _fmt(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def _strategy_labels(data: Mapping[str, Any]) -> list[str]:
+    """Every strategy label any cell's summary has, sorted."""
+    return sorted(
+        {
+            k.split("/", 1)[1]
+            for e in data["cells"].values()
+            for k in e.get("summary", {})
+            if k.startswith("strategy/")
+        }
+    )
+
+
 def _columns(data: Mapping[str, Any]) -> list[tuple[str, str, bool, int]]:
     """(header, metric key, as percent, digits) of the markdown table."""
     n = data["n"]
@@ -176,14 +188,7 @@ def _columns(data: Mapping[str, Any]) -> list[tuple[str, str, bool, int]]:
     for ds in data["datasets"]:
         cols.append((f"{ds} solved", f"solved/{ds}", False, 1))
     cols += [("expanded", "expanded/total", False, 1), ("shrunk", "shrunk/total", False, 1)]
-    labels = sorted(
-        {
-            k.split("/", 1)[1]
-            for e in data["cells"].values()
-            for k in e.get("summary", {})
-            if k.startswith("strategy/")
-        }
-    )
+    labels = _strategy_labels(data)
     cols += [(f"{label} share (%)", f"strategy/{label}", True, 1) for label in labels]
     cols += [
         ("KL to ref (nats/token)", "kl/reference", False, 3),
@@ -215,39 +220,43 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ks(keys, dataset: str) -> list[int]:
+    """The k of every ``pass@k/<dataset>`` key, sorted."""
+    return sorted(
+        int(k[len("pass@") :].split("/")[0])
+        for k in keys
+        if k.startswith("pass@") and k.endswith(f"/{dataset}")
+    )
+
+
 def plot_passk(data: Mapping[str, Any], path: Path) -> Path:
     """Mean pass@k over seeds per cell (t-interval bands), one panel per dataset; the reference dashed."""
     from sagerl.eval.plots import _pyplot, _save, _style_axis
 
     plt = _pyplot()
     datasets = list(data["datasets"])
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 2.6, 4.4), squeeze=False)
+    colors = plt.get_cmap("tab20").colors
     for ax, ds in zip(axes.flat, datasets, strict=True):
-        ks_all: set[int] = set()
         ref = data.get("reference") or {}
-        ks = sorted(
-            int(k.split("@")[1].split("/")[0]) for k in ref if k.startswith("pass@") and k.endswith(f"/{ds}")
-        )
-        if ks:
+        ks_all = set(_ks(ref, ds))
+        if ks_all:
+            ks = sorted(ks_all)
             ax.plot(ks, [ref[f"pass@{k}/{ds}"] for k in ks], "k--", label="reference", linewidth=1.5)
-            ks_all.update(ks)
-        for name, entry in data["cells"].items():
+        for i, (name, entry) in enumerate(data["cells"].items()):
             summary = entry.get("summary", {})
-            ks = sorted(
-                int(k.split("@")[1].split("/")[0])
-                for k in summary
-                if k.startswith("pass@") and k.endswith(f"/{ds}")
-            )
+            ks = _ks(summary, ds)
             if not ks:
                 continue
+            style = dict(color=colors[i % len(colors)], linestyle=("-", "--", ":")[(i // len(colors)) % 3])
             mean = [summary[f"pass@{k}/{ds}"]["mean"] for k in ks]
-            (line,) = ax.plot(ks, mean, marker="o", markersize=2.5, label=name, linewidth=1.2)
+            ax.plot(ks, mean, marker="o", markersize=2.5, label=name, linewidth=1.2, **style)
             lo = [summary[f"pass@{k}/{ds}"]["ci"][0] for k in ks]
             hi = [summary[f"pass@{k}/{ds}"]["ci"][1] for k in ks]
-            ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
+            ax.fill_between(ks, lo, hi, color=style["color"], alpha=0.08, linewidth=0)
             ks_all.update(ks)
         _style_axis(ax, ds, sorted(ks_all))
-    axes.flat[0].legend(fontsize=6, loc="lower right")
+    axes.flat[-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     try:
         return _save(fig, path)
@@ -261,14 +270,7 @@ def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
 
     plt = _pyplot()
     names = list(data["cells"])
-    labels = sorted(
-        {
-            k.split("/", 1)[1]
-            for e in data["cells"].values()
-            for k in e.get("summary", {})
-            if k.startswith("strategy/")
-        }
-    )
+    labels = _strategy_labels(data)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) * max(1, len(labels)) / 2), 4.0))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(names))

@@ -32,7 +32,10 @@ def test_cells_expand_over_seeds_and_sweeps():
             {"preset": "grpo"},
             {"preset": "grpo+branch", "set": {"kl-placement": "reward"}, "seeds": [5]},
         ],
-        sweeps=[{"preset": "grpo+branch", "grid": {"gamma": [0.5, 1], "tau": [1.0]}, "seeds": 3}],
+        sweeps=[
+            {"preset": "grpo+branch", "grid": {"gamma": [0.5, 1], "tau": [1.0]}, "seeds": 3},
+            {"preset": "grpo+branch", "name": "r", "set": {"kl_placement": "reward"}, "grid": {"tau": [2]}},
+        ],
     )
     assert [(c.name, c.seed) for c in s.cells] == [
         ("grpo", 0),
@@ -40,12 +43,15 @@ def test_cells_expand_over_seeds_and_sweeps():
         ("grpo+branch@kl_placement=reward", 5),
         ("grpo+branch@gamma=0.5@tau=1.0", 3),
         ("grpo+branch@gamma=1@tau=1.0", 3),
+        ("r@tau=2", 0),
+        ("r@tau=2", 1),
     ]
+    assert s.cells[-1].overrides == {"kl_placement": "reward", "tau": 2}
     assert s.cells[2].overrides == {"kl_placement": "reward"}  # --set's key normalisation
     assert s.cells[3].overrides == {"gamma": 0.5, "tau": 1.0}
     assert s.cells[0].folder == "cells/grpo/seed-0"
     assert s.cell_names == ["grpo", "grpo+branch@kl_placement=reward", "grpo+branch@gamma=0.5@tau=1.0",
-                            "grpo+branch@gamma=1@tau=1.0"]  # fmt: skip
+                            "grpo+branch@gamma=1@tau=1.0", "r@tau=2"]  # fmt: skip
     assert s.common == {"learning_rate": 1e-3} and s.steps == 2 and s.eval.n == 2
 
 
