@@ -271,7 +271,7 @@ def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
     plt = _pyplot()
     names = list(data["cells"])
     labels = _strategy_labels(data)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) * max(1, len(labels)) / 2), 4.0))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(names) + 2.0), 4.4))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(names))
     for j, label in enumerate(labels):
