@@ -47,7 +47,8 @@ class CorrectnessReward:
 
 
 class FormatReward:
-    """1.0 when the completion contains a complete ``\\boxed{...}`` (the format the prompts ask for), else 0.0."""
+    """1.0 when the completion has a final box (the format the prompts ask for): its last box opened
+    (``\\boxed`` or ``\\fbox``) closes, as :func:`sagerl.grading.extract_boxed` reads it; else 0.0."""
 
     __name__ = "format"
 
