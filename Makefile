@@ -7,7 +7,7 @@ STAMP := $(VENV)/.sagerl-setup
 VERL_VENV := .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 VERL_STAMP := $(VERL_VENV)/.sagerl-setup
-# Data files for the tests and the demo live beside the checkout (see DEVELOPERS.md).
+# Data files for the tests and the demo live beside the checkout (see README.md, SAGERL_DATA_DIR).
 export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false

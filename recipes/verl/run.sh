@@ -7,7 +7,7 @@
 #
 # Environment: DRY_RUN=1 prints the command instead of running it; MODEL replaces the size's model;
 # DATA_DIR (default ~/data/sage) holds the parquet files that this writes once:
-#   python -m sagerl.integrations.verl.data --out ~/data/sage math_train_lvl3to5 math500 aime24 amc23
+#   python -m sagerl.integrations.verl.data --out ~/data/sage math_lvl3to5 math500 aime24 amc23
 #
 # Runs on GPUs only (vLLM rollouts, FSDP2 actor); it was not run on sagerl's CPU machine. What CI checks is
 # that every variant's command composes into a valid verl config (tests/integrations/verl/test_verl_recipes.py).
@@ -54,7 +54,7 @@ esac
 args=(
   algorithm.adv_estimator=$adv
   algorithm.use_kl_in_reward=False
-  data.train_files=$data/math_train_lvl3to5.parquet
+  data.train_files=$data/math_lvl3to5.parquet
   "data.val_files=[$data/math500.parquet,$data/aime24.parquet,$data/amc23.parquet]"
   data.train_batch_size=128
   data.max_prompt_length=1024

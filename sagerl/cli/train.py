@@ -31,7 +31,7 @@ def train_command(
         "--config",
         "-c",
         help="YAML file of config keys (as --set takes), applied after the preset and before --set "
-        "(repeatable; e.g. recipes/trl/qwen2.5-math-7b.yaml).",
+        "(repeatable; e.g. recipes/trl/paper.yaml).",
     ),
     overrides: list[str] = typer.Option(
         [],

@@ -123,7 +123,7 @@ def _end_entropy(model, tokenizer, problems) -> float:
 
 
 def build_planted_model(role: str = "reference") -> Path:
-    """The planted model of ``role`` (``"reference"`` or ``"teacher"``), built on first use (a few minutes on
+    """The planted model of ``role`` (``"reference"`` or ``"teacher"``), built on first use (about 1 min on
     2 CPU cores) and cached; ``planted.json`` holds the planted and the measured strategy frequencies.
 
     Raises:

@@ -7,7 +7,7 @@ within \\boxed{}."), ``ability``, ``reward_model`` (``{"style": "rule", "ground_
 
 Usage (what recipes/verl/run.sh runs first)::
 
-    python -m sagerl.integrations.verl.data --out ~/data/sage math_train_lvl3to5 math500 aime24 amc23
+    python -m sagerl.integrations.verl.data --out ~/data/sage math_lvl3to5 math500 aime24 amc23
 
 writes ``<out>/<name>.parquet`` for each named set or JSONL path (see :func:`sagerl.tasks.load_problems`).
 """

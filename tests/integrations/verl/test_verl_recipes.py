@@ -69,7 +69,7 @@ def test_recipe_composes(variant, size, model_dir, tmp_path):
     assert cfg.trainer.n_gpus_per_node == 8 and cfg.trainer.nnodes == 1
     reward = Path(cfg.reward.custom_reward_function.path)
     assert reward.name == "reward.py" and "def compute_score" in reward.read_text()
-    assert cfg.data.train_files == str(tmp_path / "math_train_lvl3to5.parquet")
+    assert cfg.data.train_files == str(tmp_path / "math_lvl3to5.parquet")
 
 
 def test_unknown_variant_or_size_is_refused(model_dir, tmp_path):
@@ -78,3 +78,18 @@ def test_unknown_variant_or_size_is_refused(model_dir, tmp_path):
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
         done = subprocess.run(["bash", str(RUN), *args], env=env, capture_output=True, text=True)
         assert done.returncode == 2 and "unknown" in done.stderr
+
+
+def test_data_command_writes_every_file_the_recipe_reads(model_dir, tmp_path):
+    """The command in run.sh's header, run on the shared data sets (first 2 problems of each), writes the
+    train and validation parquet files every variant's config names (a set's name and its file differ:
+    ``math_lvl3to5`` is ``math_train_lvl3to5.jsonl``)."""
+    from sagerl.integrations.verl.data import main
+
+    (line,) = [ln for ln in RUN.read_text().splitlines() if "-m sagerl.integrations.verl.data" in ln]
+    sets = line.split("--out", 1)[1].split()[1:]
+    assert main([*sets, "--out", str(tmp_path), "--limit", "2"]) == 0
+    for variant in VARIANTS:
+        cfg = compose(command_overrides(recipe_command(variant, "7b", model_dir, tmp_path)))
+        files = [cfg.data.train_files, *cfg.data.val_files]
+        assert [Path(f).exists() for f in files] == [True] * len(files), files
