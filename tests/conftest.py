@@ -33,6 +33,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
     return save_tiny_random_model(tmp_path_factory.mktemp("tiny") / "model", seed=0, initializer_range=1.0)
 
+
 _outcomes: dict[str, str] = {}  # node id -> "passed", "failed" or "skipped"
 
 

@@ -22,7 +22,14 @@ def study_command(
     progress: bool = typer.Option(False, "--progress/--no-progress", help="Progress bars of each cell."),
 ) -> None:
     """Run a study cell by cell (resumable; failed cells reported) and write one table with 95% CIs over seeds."""
-    from sagerl.study import cell_commands, load_study, reference_command, run_study, study_folder
+    from sagerl.study import (
+        cell_commands,
+        check_finished_cells,
+        load_study,
+        reference_command,
+        run_study,
+        study_folder,
+    )
     from sagerl.study.table import write_study_table
 
     study = load_study(study_file)
@@ -35,6 +42,7 @@ def study_command(
         typer.echo(f"sagerl study {study_file} --out {folder} --aggregate-only")
         return
     if aggregate_only:
+        check_finished_cells(study, folder)
         write_study_table(study, folder)
     else:
         run_study(study, folder, progress=progress, log=typer.echo)

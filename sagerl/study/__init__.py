@@ -5,7 +5,13 @@
 - :mod:`sagerl.study.table`: mean and 95% CI over seeds of every metric, ``table.md`` and plots.
 """
 
-from sagerl.study.runner import cell_commands, reference_command, run_study, study_folder
+from sagerl.study.runner import (
+    cell_commands,
+    check_finished_cells,
+    reference_command,
+    run_study,
+    study_folder,
+)
 from sagerl.study.spec import Cell, Study, load_study, parse_study
 from sagerl.study.table import collect, t_interval, write_study_table
 
@@ -13,6 +19,7 @@ __all__ = [
     "Cell",
     "Study",
     "cell_commands",
+    "check_finished_cells",
     "collect",
     "load_study",
     "parse_study",

@@ -11,7 +11,10 @@ Folder layout under the study folder ``OUT``::
 
 Each cell runs through the same functions as ``sagerl train`` and ``sagerl eval`` (so their run-folder
 locks, resumption and checks apply). A cell that raises is recorded as failed, with its error, and the
-study goes on; rerunning the study skips finished cells and retries failed or unfinished ones. With
+study goes on; rerunning the study skips finished cells and retries failed or unfinished ones. A finished
+cell records the train overrides and eval settings it ran with; when the study file has changed them, the
+rerun refuses before training anything (:func:`check_finished_cells`), so a table never mixes results of
+two settings under one name. With
 ``dry_run`` nothing runs: :func:`cell_commands` gives the equivalent shell commands of every cell, for a
 cluster user to submit to a scheduler, and ``sagerl study FILE --aggregate-only`` builds the table from
 what they wrote.
@@ -30,7 +33,7 @@ from typing import Any
 import yaml
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.errors import first_line
+from sagerl.errors import ConfigError, first_line
 from sagerl.study.spec import Cell, Study
 
 CELL_FILE = "cell.json"
@@ -108,6 +111,52 @@ def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:
         return None
 
 
+def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
+    """What a finished cell's ``cell.json`` records of how it ran (compared on every rerun)."""
+    return json.loads(json.dumps({"train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}))
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [d for k in keys for d in _differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')} ({_show(old)} -> {_show(new)})"]
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is None else json.dumps(value)
+
+
+def check_finished_cells(study: Study, out: Path) -> None:
+    """Refuse a rerun in which a finished cell's settings changed.
+
+    A cell's ``cell.json`` records its train overrides (the study's ``train.set``, the cell's ``set``, seed,
+    steps, model, data set) and eval settings; files written before this record hold only the cell's
+    ``set``, which is then what is compared.
+
+    Raises:
+        ConfigError: naming the study folder, each changed cell and seed, and the keys that differ (old ->
+            new), with what to do: delete that cell's folder to rerun it, or give the cell another name.
+    """
+    stale = []
+    for cell in study.cells:
+        previous = read_cell_status(out, cell)
+        if previous is None or previous.get("status") != "ok":
+            continue
+        if "settings" in previous:
+            diffs = _differences(previous["settings"], _recorded_settings(study, cell))
+        else:
+            diffs = _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
+        if diffs:
+            stale.append(f"{cell.name} seed {cell.seed}: {', '.join(diffs)}")
+    if stale:
+        shown = "; ".join(stale[:5]) + (f"; and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise ConfigError(
+            f"{out}: finished cells ran with other settings than the study file gives ({shown}). "
+            f"Delete those cells' folders under {out / 'cells'} to rerun them, or give the cells new names"
+        )
+
+
 def _write_status(out: Path, cell: Cell, status: dict[str, Any]) -> None:
     atomic_write_text(out / cell.folder / CELL_FILE, json.dumps(status, indent=2) + "\n")
 
@@ -130,6 +179,7 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     folder = out / cell.folder
     status: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "seed": cell.seed}
     status["overrides"] = cell.overrides
+    status["settings"] = _recorded_settings(study, cell)
     started = time.perf_counter()
     try:
         model = train(cell.preset, _train_overrides(study, cell), folder / "train", quiet=not progress)
@@ -163,11 +213,13 @@ def run_study(
         the study folder.
 
     Raises:
+        ConfigError: a finished cell ran with other settings (:func:`check_finished_cells`).
         SagerlError: the reference evaluation fails (every comparison needs it).
     """
     from sagerl.study.table import write_study_table
 
     out = study_folder(study, out)
+    check_finished_cells(study, out)
     out.mkdir(parents=True, exist_ok=True)
     if not progress:
         from transformers.utils import logging as hf_logging

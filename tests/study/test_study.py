@@ -179,3 +179,38 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     run_study(load_study(path), out, log=logs.append)  # rerun: finished cells are skipped, the failed retried
     assert sum("done before, skipped" in line for line in logs) == 3
     assert any(line.startswith("[4/4] broken seed 0: failed") for line in logs)
+
+
+def _finish(out, cell, status):
+    folder = out / cell.folder
+    folder.mkdir(parents=True)
+    (folder / "cell.json").write_text(json.dumps({"status": "ok", **status}))
+
+
+def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
+    """A finished cell is only skipped when it ran with the settings the study file now gives; otherwise
+    the rerun stops before training anything, naming the cell, seed and keys (old -> new)."""
+    from sagerl.study.runner import _recorded_settings, check_finished_cells
+
+    before = study(cells=[{"preset": "dapo"}, {"preset": "grpo"}], seeds=[0])
+    out = tmp_path / "out"
+    dapo, grpo = before.cells
+    _finish(out, dapo, {"overrides": {}, "settings": _recorded_settings(before, dapo)})
+    _finish(out, grpo, {"overrides": {}})  # a cell.json written before settings were recorded
+    check_finished_cells(before, out)  # unchanged: nothing to say
+
+    after = study(cells=[{"preset": "dapo", "name": "dapo", "set": {"max_completion_length": 32}}, {"preset": "grpo"}], seeds=[0])  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        check_finished_cells(after, out)
+    assert str(error.value).startswith(f"{out}: finished cells ran with other settings")
+    assert "dapo seed 0: train.max_completion_length (unset -> 32)" in str(error.value)
+    assert "grpo seed" not in str(error.value)
+    with pytest.raises(ConfigError, match="dapo seed 0"):
+        run_study(after, out)  # before the reference evaluation: no model is loaded
+
+    changed_common = study(cells=[{"preset": "dapo"}], seeds=[0], eval={**BASE["eval"], "n": 4})
+    with pytest.raises(ConfigError, match=r"eval\.n \(2 -> 4\)"):
+        check_finished_cells(changed_common, out)
+    old_format = study(cells=[{"preset": "grpo", "name": "grpo", "set": {"beta": 0.1}}], seeds=[0])
+    with pytest.raises(ConfigError, match=r"grpo seed 0: beta \(unset -> 0.1\)"):
+        check_finished_cells(old_format, out)
