@@ -114,11 +114,13 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
     ),
     FaultClass(
         "changed config on resume",
-        "refused with the keys that differ (train) or the settings that differ (eval)",
+        "refused with the keys that differ (train), the settings that differ (eval) or the cells and keys "
+        "that differ (study, before training anything)",
         (
             "tests/train/test_train_cli.py::test_resume_continues_exactly",
             "tests/test_eval_run.py::test_refuses_to_mix_sampling_settings",
             "tests/test_eval_run.py::test_refuses_other_model",
+            "tests/study/test_study.py::test_rerun_refuses_finished_cells_whose_settings_changed",
         ),
     ),
     FaultClass(
