@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sagerl.atomic_files import build_folder
 from sagerl.models import cache_root
+from sagerl.random_state import preserved_rng
 
 ALPHABET = " 0123456789abcdefghijklmnopqrstuvwxyz.,:;=?!+-*/()[]{}<>|\\'\""
 """Characters of the vocabulary (anything else maps to ``<unk>``)."""
@@ -190,4 +191,5 @@ def cached_char_lm(
     target = cache_root() / "char_lm" / f"{name}-{digest}"
     if (target / "config.json").is_file():
         return target
-    return build_folder(target, lambda folder: train_char_lm(phases, config, folder))
+    with preserved_rng():  # training reseeds every generator (sagerl.random_state)
+        return build_folder(target, lambda folder: train_char_lm(phases, config, folder))

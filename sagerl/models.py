@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sagerl.atomic_files import build_folder
 from sagerl.errors import ModelLoadError, first_line
+from sagerl.random_state import preserved_rng
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model; also accepted by every ``--model`` option."""
@@ -53,8 +54,11 @@ def embedded_model_dir() -> Path:
     target = cache_root() / EMBEDDED_MODEL
     if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
         return target
-    gguf = _gguf_path()
+    with preserved_rng():  # the conversion draws random initial weights (sagerl.random_state)
+        return _convert_embedded(_gguf_path(), target)
 
+
+def _convert_embedded(gguf: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sagerl.atomic_files import atomic_write_text
 from sagerl.char_lm import CharLMConfig, Example, Phase, cached_char_lm
+from sagerl.random_state import preserved_rng
 from sagerl.tasks.planted import (
     REFERENCE_MIX,
     TEACHER_MIX,
@@ -143,6 +144,7 @@ def build_planted_model(role: str = "reference") -> Path:
             },
             "steps": TRAIN_STEPS,
         }
-        report.update(measure_strategies(folder))
+        with preserved_rng():  # measuring samples from the model (sagerl.random_state)
+            report.update(measure_strategies(folder))
         atomic_write_text(folder / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     return folder
