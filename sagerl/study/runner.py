@@ -113,7 +113,8 @@ def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:
 
 def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
     """What a finished cell's ``cell.json`` records of how it ran (compared on every rerun)."""
-    return json.loads(json.dumps({"train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}))
+    record = {"preset": cell.preset, "train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}
+    return json.loads(json.dumps(record))
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -130,9 +131,9 @@ def _show(value: Any) -> str:
 def check_finished_cells(study: Study, out: Path) -> None:
     """Refuse a rerun in which a finished cell's settings changed.
 
-    A cell's ``cell.json`` records its train overrides (the study's ``train.set``, the cell's ``set``, seed,
-    steps, model, data set) and eval settings; files written before this record hold only the cell's
-    ``set``, which is then what is compared.
+    A cell's ``cell.json`` records its preset, train overrides (the study's ``train.set``, the cell's
+    ``set``, seed, steps, model, data set) and eval settings; files written before this record hold only
+    the preset and the cell's ``set``, which are then what is compared.
 
     Raises:
         ConfigError: naming the study folder, each changed cell and seed, and the keys that differ (old ->
@@ -146,7 +147,8 @@ def check_finished_cells(study: Study, out: Path) -> None:
         if "settings" in previous:
             diffs = _differences(previous["settings"], _recorded_settings(study, cell))
         else:
-            diffs = _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
+            old = {"preset": previous.get("preset"), **previous.get("overrides", {})}
+            diffs = _differences(old, json.loads(json.dumps({"preset": cell.preset, **cell.overrides})))
         if diffs:
             stale.append(f"{cell.name} seed {cell.seed}: {', '.join(diffs)}")
     if stale:

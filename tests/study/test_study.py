@@ -196,7 +196,7 @@ def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
     out = tmp_path / "out"
     dapo, grpo = before.cells
     _finish(out, dapo, {"overrides": {}, "settings": _recorded_settings(before, dapo)})
-    _finish(out, grpo, {"overrides": {}})  # a cell.json written before settings were recorded
+    _finish(out, grpo, {"preset": "grpo", "overrides": {}})  # written before settings were recorded
     check_finished_cells(before, out)  # unchanged: nothing to say
 
     after = study(cells=[{"preset": "dapo", "name": "dapo", "set": {"max_completion_length": 32}}, {"preset": "grpo"}], seeds=[0])  # fmt: skip
@@ -214,3 +214,8 @@ def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
     old_format = study(cells=[{"preset": "grpo", "name": "grpo", "set": {"beta": 0.1}}], seeds=[0])
     with pytest.raises(ConfigError, match=r"grpo seed 0: beta \(unset -> 0.1\)"):
         check_finished_cells(old_format, out)
+    other_preset = study(cells=[{"preset": "bnpo", "name": "dapo"}, {"preset": "grpo+branch", "name": "grpo"}], seeds=[0])  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        check_finished_cells(other_preset, out)
+    assert 'dapo seed 0: preset ("dapo" -> "bnpo")' in str(error.value)
+    assert 'grpo seed 0: preset ("grpo" -> "grpo+branch")' in str(error.value)
