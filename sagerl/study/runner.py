@@ -113,8 +113,7 @@ def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:
 
 def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
     """What a finished cell's ``cell.json`` records of how it ran (compared on every rerun)."""
-    record = {"preset": cell.preset, "train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}
-    return json.loads(json.dumps(record))
+    return json.loads(json.dumps({"train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}))
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -144,11 +143,11 @@ def check_finished_cells(study: Study, out: Path) -> None:
         previous = read_cell_status(out, cell)
         if previous is None or previous.get("status") != "ok":
             continue
+        diffs = _differences({"preset": previous.get("preset")}, {"preset": cell.preset})
         if "settings" in previous:
-            diffs = _differences(previous["settings"], _recorded_settings(study, cell))
+            diffs += _differences(previous["settings"], _recorded_settings(study, cell))
         else:
-            old = {"preset": previous.get("preset"), **previous.get("overrides", {})}
-            diffs = _differences(old, json.loads(json.dumps({"preset": cell.preset, **cell.overrides})))
+            diffs += _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
         if diffs:
             stale.append(f"{cell.name} seed {cell.seed}: {', '.join(diffs)}")
     if stale:

@@ -195,7 +195,7 @@ def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
     before = study(cells=[{"preset": "dapo"}, {"preset": "grpo"}], seeds=[0])
     out = tmp_path / "out"
     dapo, grpo = before.cells
-    _finish(out, dapo, {"overrides": {}, "settings": _recorded_settings(before, dapo)})
+    _finish(out, dapo, {"preset": "dapo", "overrides": {}, "settings": _recorded_settings(before, dapo)})
     _finish(out, grpo, {"preset": "grpo", "overrides": {}})  # written before settings were recorded
     check_finished_cells(before, out)  # unchanged: nothing to say
 
