@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     silence_harmless_warnings()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=args or ["--help"], prog_name="sagerl", standalone_mode=False)
+        code = app(args=args or ["--help"], prog_name="sagerl", standalone_mode=False)
     except SagerlError as exc:
         typer.echo(f"sagerl: error: {exc}", err=True)
         sys.exit(2)
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
         _usage_error(exc, args)
+    if isinstance(code, int) and code != 0:  # a command's typer.Exit(code): click returns it, not raises
+        sys.exit(code)
 
 
 def _usage_error(exc: typer.TyperException, args: list[str]) -> NoReturn:

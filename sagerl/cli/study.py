@@ -30,11 +30,13 @@ def study_command(
         run_study,
         study_folder,
     )
+    from sagerl.study.runner import read_cell_status
     from sagerl.study.table import write_study_table
 
     study = load_study(study_file)
     folder = study_folder(study, out)
     if dry_run:
+        check_finished_cells(study, folder)  # commands into a changed finished cell would fail on the cluster
         typer.echo(reference_command(study, folder))
         for cell in study.cells:
             for command in cell_commands(study, folder, cell):
@@ -47,3 +49,8 @@ def study_command(
     else:
         run_study(study, folder, progress=progress, log=typer.echo)
     typer.echo((folder / "table.md").read_text(encoding="utf-8"))
+    statuses = [read_cell_status(folder, cell) for cell in study.cells]
+    failed = sum(1 for status in statuses if status is not None and status.get("status") != "ok")
+    if failed:  # exit status 1, so that scripts and schedulers notice
+        typer.echo(f"sagerl study: {failed} of {len(statuses)} cells failed (errors in the table)", err=True)
+        raise typer.Exit(1)

@@ -27,14 +27,15 @@ Layout (YAML)::
                                        # N@gamma=0.3@tau=0.5, ...
 
 :func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
-section keys, unknown presets, unknown or ill-typed ``set`` keys (through the same resolution as
-``sagerl train --set``), duplicate cell names. Errors name the file, the cell and the key.
+section keys, unknown presets, unknown or ill-typed ``set`` keys and values the ``SAGEConfig`` refuses
+(through the same resolution and checks as ``sagerl train --set``), duplicate cell names. Errors name the file, the cell and the key.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,8 +153,9 @@ def default_cell_name(preset: str, overrides: dict[str, Any]) -> str:
 
 
 def _check_cell(preset: str, overrides: dict[str, Any], where: str) -> None:
-    """Resolve the cell's config as ``sagerl train`` would, so a bad preset, key or type fails now."""
-    from sagerl.train.run import resolve_config
+    """Resolve the cell's config and build its ``SAGEConfig`` as ``sagerl train`` would, so a bad preset,
+    key, type or value fails now, before any cell trains."""
+    from sagerl.train.run import build_trainer_config, resolve_config
 
     reserved = sorted(RESERVED & set(overrides))
     if reserved:
@@ -161,7 +163,12 @@ def _check_cell(preset: str, overrides: dict[str, Any], where: str) -> None:
             f"{where}: key {reserved[0]!r} is set by the study itself (seeds, train.steps, model, dataset)"
         )
     try:
-        resolve_config(preset, overrides)
+        resolved = resolve_config(preset, overrides)
+        # TRL's and sagerl's value checks of the SAGEConfig (choices, bounds, combinations). Device settings
+        # are neutralised so that a GPU study (bf16) is checked on a CPU login node too.
+        resolved.trainer.update(use_cpu=True, bf16=False, fp16=False)
+        with tempfile.TemporaryDirectory() as scratch:
+            build_trainer_config(resolved, Path(scratch))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

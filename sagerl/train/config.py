@@ -153,6 +153,11 @@ class SAGEConfig(GRPOConfig):
                 f"loss_type={self.loss_type!r} is not supported by SAGETrainer; use one of "
                 f"{', '.join(LOSS_TYPE_TO_AGG_MODE)} or set loss_agg_mode"
             )
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ConfigError(
+                f"max_steps={self.max_steps}: give a positive number of optimizer steps "
+                "(or -1 to train num_train_epochs epochs)"
+            )
         if not 0 < self.q_min <= 1 <= self.q_max:
             raise ConfigError(f"need 0 < q_min <= 1 <= q_max, got q_min={self.q_min}, q_max={self.q_max}")
         if self.divergence == "forward" and self.guide != "none":

@@ -86,6 +86,21 @@ def test_cells_expand_over_seeds_and_sweeps():
         ),
         (dict(cells=[{"preset": "grpo"}], train={"steps": 0}), r"train.steps must be a positive integer"),
         (
+            dict(cells=[{"preset": "grpo+branch", "set": {"guide": "telepathy"}}]),
+            r"cells\[0\] 'grpo\+branch@guide=telepathy': guide='telepathy' is not one of",
+        ),
+        (
+            dict(cells=[{"preset": "grpo"}, {"preset": "grpo+branch", "set": {"q_min": 10.0, "q_max": 0.1}}]),
+            r"cells\[1\] .*need 0 < q_min <= 1 <= q_max, got q_min=10.0",
+        ),
+        (
+            dict(
+                cells=[{"preset": "grpo"}],
+                train={"dataset": "planted_train", "steps": 2, "set": {"per_device_train_batch_size": 3}},
+            ),
+            r"cells\[0\] 'grpo': invalid trainer config",
+        ),
+        (
             dict(sweeps=[{"preset": "grpo+branch", "grid": {"gamma": 0.5}}]),
             r"sweeps\[0\]: grid must map each key to a non-empty list",
         ),
@@ -94,6 +109,12 @@ def test_cells_expand_over_seeds_and_sweeps():
 def test_bad_study_files_fail_before_training_naming_cell_and_key(changes, message):
     with pytest.raises(ConfigError, match=message):
         study(**changes)
+
+
+def test_a_gpu_study_is_checked_on_a_cpu_machine():
+    """bf16 (a GPU setting) does not stop the value checks on a CPU login node: the device is neutralised."""
+    s = study(cells=[{"preset": "grpo+branch"}], train={"dataset": "planted_train", "steps": 2, "set": {"bf16": True}})  # fmt: skip
+    assert s.common["bf16"] is True and len(s.cells) == 2
 
 
 def test_t_interval_closed_form():
@@ -219,3 +240,28 @@ def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
         check_finished_cells(other_preset, out)
     assert 'dapo seed 0: preset ("dapo" -> "bnpo")' in str(error.value)
     assert 'grpo seed 0: preset ("grpo" -> "grpo+branch")' in str(error.value)
+
+
+def test_cli_exits_1_when_a_cell_failed_and_dry_run_refuses_changed_cells(tmp_path, capsys):
+    spec = {**BASE, "seeds": [0], "cells": [{"preset": "grpo+branch", "name": "broken", "set": {"guide": "teacher", "teacher_model": str(tmp_path / "none")}}]}  # fmt: skip
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["study", str(path), "--out", str(out)])
+    assert exit_info.value.code == 1
+    assert "sagerl study: 1 of 1 cells failed" in capsys.readouterr().err
+
+    from sagerl.study.runner import _recorded_settings
+
+    finished = study(cells=[{"preset": "grpo"}], seeds=[0])
+    _finish(
+        out,
+        finished.cells[0],
+        {"preset": "grpo", "settings": _recorded_settings(finished, finished.cells[0])},
+    )
+    path.write_text(yaml.safe_dump({**BASE, "seeds": [0], "cells": [{"preset": "grpo", "name": "grpo", "set": {"beta": 0.1}}]}))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(["study", str(path), "--out", str(out), "--dry-run"])
+    assert exit_info.value.code == 2
+    assert "grpo seed 0: train.beta (unset -> 0.1)" in capsys.readouterr().err

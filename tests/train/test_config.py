@@ -23,11 +23,18 @@ COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
         (dict(kl_placement="reward", divergence="forward", beta=0.05), "needs divergence='reverse'"),
         (dict(q_min=1.1), "q_min"),
         (dict(overlong_buffer_len=5000, max_completion_length=256), "overlong_buffer_len"),
+        (dict(max_steps=-3), "max_steps=-3: give a positive number of optimizer steps"),
+        (dict(max_steps=0), "max_steps=0: give a positive number"),
     ],
 )
 def test_unsupported_or_inconsistent_options_raise(bad, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         SAGEConfig(**COMMON, **bad)
+
+
+def test_max_steps_minus_one_or_positive():
+    assert SAGEConfig(**COMMON, max_steps=-1).max_steps == -1  # num_train_epochs decides (HF's default)
+    assert SAGEConfig(**COMMON, max_steps=7).max_steps == 7
 
 
 EXPECTED = {
