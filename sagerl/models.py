@@ -95,7 +95,11 @@ task's tiny reference and teacher models. Looked up by name, so this layer impor
 
 def resolve_model(name_or_path: str | None) -> str:
     """Map ``None`` or the embedded model's name, or a :data:`BUILT_IN_MODELS` name, to its local folder
-    (building it on first use); return anything else unchanged."""
+    (building it on first use); return anything else unchanged.
+
+    Raises:
+        ModelLoadError: a bare name within a typo of a built-in name ("did you mean ...?").
+    """
     if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default"):
         return str(embedded_model_dir())
     if name_or_path in BUILT_IN_MODELS:
@@ -103,7 +107,24 @@ def resolve_model(name_or_path: str | None) -> str:
 
         module, function, argument = BUILT_IN_MODELS[name_or_path]
         return str(getattr(importlib.import_module(module), function)(argument))
+    _refuse_misspelled_name(name_or_path)
     return name_or_path
+
+
+def _refuse_misspelled_name(name: str) -> None:
+    """A bare name (no folder, no ``/``) within a typo of a built-in one fails at once with the suggestion,
+    instead of a hub lookup that retries for half a minute offline."""
+    import difflib
+
+    if "/" in name or Path(name).exists():
+        return
+    names = [*BUILT_IN_MODELS, EMBEDDED_MODEL]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    if close:
+        raise ModelLoadError(
+            f"model {name!r} is not a folder and not a built-in name (did you mean {close[0]!r}?); "
+            f"built-in names: {', '.join(names)}"
+        )
 
 
 def load_config(name_or_path: str | None):

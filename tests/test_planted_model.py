@@ -50,3 +50,15 @@ def test_teacher_uses_the_rare_strategy_ten_times_as_often(reports):
     assert abs(teacher["measured"]["all"]["tail"] - TEACHER_MIX["tail"]) < 0.06
     assert teacher["measured"]["all"]["tail"] > 8 * reports["reference"]["measured"]["all"]["tail"]
     assert teacher["pass@1"]["rare"] > 0.25
+
+
+def test_a_misspelled_built_in_name_fails_at_once_with_a_suggestion(tmp_path):
+    from sagerl.errors import ModelLoadError
+    from sagerl.models import load_config, resolve_model
+
+    with pytest.raises(ModelLoadError, match=r"'planted-referenc' .*did you mean 'planted-reference'"):
+        load_config("planted-referenc")  # no hub lookup (which retries for half a minute offline)
+    with pytest.raises(ModelLoadError, match=r"did you mean 'smollm2-135m-instruct'"):
+        resolve_model("smollm2-135m-instruc")
+    for other in ("gpt2", "Qwen/Qwen2.5-Math-7B", "planted-referenc/x", str(tmp_path)):
+        assert resolve_model(other) == other  # hub ids, paths and unrelated names pass through

@@ -16,7 +16,10 @@ def eval_command(
         help="Comma-separated named sets (math500, aime24, aime25, amc23, gsm8k, kk, arith) or JSONL paths.",
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="Model path or hub id. Default: the embedded SmolLM2-135M-Instruct."
+        None,
+        "--model",
+        "-m",
+        help="Model path or hub id, or a built-in name (planted-reference, planted-teacher). Default: the embedded SmolLM2-135M-Instruct.",
     ),
     n: int = typer.Option(
         16, "-n", "--num-samples", help="Samples per problem; pass@k for k = 1, 2, 4, ..., n."

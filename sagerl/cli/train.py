@@ -17,7 +17,10 @@ def train_command(
         help="Run folder (default runs/<preset>). Rerun the same command to resume.",
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="HF path or id (default: embedded SmolLM2)."
+        None,
+        "--model",
+        "-m",
+        help="HF path or id, or a built-in name (planted-reference, planted-teacher); default: embedded SmolLM2.",
     ),
     dataset: str | None = typer.Option(
         None, "--dataset", "-d", help="Named set or JSONL (default: arith_train)."
