@@ -173,6 +173,15 @@ def _check_cell(preset: str, overrides: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _check_dataset(name: str, where: str) -> None:
+    from sagerl.tasks.datasets import check_dataset_name
+
+    try:
+        check_dataset_name(name)
+    except SagerlError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _normalise_overrides(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """The overrides as ``sagerl train --set key=value`` reads them (same key checks and value parsing)."""
     from sagerl.train.run import parse_overrides
@@ -205,6 +214,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ConfigError(f"{source}: train.steps must be a positive integer, got {steps!r}")
     common = _normalise_overrides(_mapping(train.get("set"), f"{source}: train.set"), f"{source}: train.set")
+    _check_dataset(dataset, f"{source}: train.dataset")
 
     ev = _mapping(data.get("eval"), f"{source}: eval")
     _unknown(set(ev), EVAL_KEYS, f"{source}: eval")
@@ -219,6 +229,8 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         )
     except TypeError as exc:
         raise ConfigError(f"{source}: eval: {exc}") from None
+    for name in eval_settings.datasets:
+        _check_dataset(name, f"{source}: eval.datasets")
     for key, kind in (
         ("n", int),
         ("max_new_tokens", int),

@@ -465,6 +465,24 @@ def _load_hub(spec: DatasetSpec, limit: int | None) -> list[Problem]:
     return problems
 
 
+def check_dataset_name(name_or_path: str) -> None:
+    """Cheap check (no loading, no hub) that ``name_or_path`` is a named set or an existing ``.jsonl`` file,
+    as :func:`load_problems` resolves it.
+
+    Raises:
+        DataError: one line, with the closest named set when there is one ("did you mean ...?").
+    """
+    import difflib
+
+    if name_or_path in DATASETS or Path(name_or_path).expanduser().is_file():
+        return
+    close = difflib.get_close_matches(name_or_path, list(DATASETS), n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" ({', '.join(DATASETS)})"
+    raise DataError(
+        f"unknown dataset {name_or_path!r}: not an existing .jsonl file and not a named set{hint}"
+    )
+
+
 def load_problems(
     name_or_path: str,
     *,

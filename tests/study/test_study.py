@@ -86,6 +86,14 @@ def test_cells_expand_over_seeds_and_sweeps():
         ),
         (dict(cells=[{"preset": "grpo"}], train={"steps": 0}), r"train.steps must be a positive integer"),
         (
+            dict(cells=[{"preset": "grpo"}], train={"dataset": "planted_trian", "steps": 2}),
+            r"grid.yaml: train.dataset: unknown dataset 'planted_trian'.*did you mean 'planted_train'",
+        ),
+        (
+            dict(cells=[{"preset": "grpo"}], eval={"datasets": ["planted_common", "planted_rar"], "n": 2}),
+            r"eval.datasets: unknown dataset 'planted_rar'.*did you mean 'planted_rare'",
+        ),
+        (
             dict(cells=[{"preset": "grpo+branch", "set": {"guide": "telepathy"}}]),
             r"cells\[0\] 'grpo\+branch@guide=telepathy': guide='telepathy' is not one of",
         ),
