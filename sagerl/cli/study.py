@@ -30,7 +30,7 @@ def study_command(
         run_study,
         study_folder,
     )
-    from sagerl.study.runner import read_cell_status
+    from sagerl.study.folders import read_cell_status
     from sagerl.study.table import write_study_table
 
     study = load_study(study_file)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.study.runner import REFERENCE, read_cell_status
+from sagerl.study.folders import REFERENCE, read_cell_status
 from sagerl.study.spec import Study
 
 LAST_STEPS = 5
