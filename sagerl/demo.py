@@ -2,19 +2,27 @@
 
 1. pass@k of the embedded SmolLM2-135M-Instruct on held-out arithmetic (``arith``), n samples per problem;
 2. ``grpo+branch`` training on the arithmetic training set (``arith_train``) for a few steps;
-3. pass@k of the trained model on the same held-out problems;
-4. a before/after table (``sagerl compare``) and an overlaid pass@k plot.
+3. pass@k of the trained model on the same held-out problems, then a before/after table (``sagerl
+   compare``) and an overlaid pass@k plot.
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. The sizes
 below are chosen to finish in under 15 minutes on 2 CPU cores; ``--steps``, ``--problems`` and ``-n``
 trade time for precision.
+
+The demo is a list of :class:`Stage` objects (:data:`STAGES`): each prints one heading line, runs with
+one progress display of its own (third-party bars are off, :mod:`sagerl.cli.quiet`), and may print tables
+when it is done (:class:`sagerl.tables.FittedTable`, which fits an 80-column terminal). A new stage is a
+function that runs it, a function that returns its tables, and one more entry in :data:`STAGES`.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -54,67 +62,166 @@ def prompts_and_rollouts_per_step(overrides: dict) -> tuple[int, int]:
     return completions // trainer["num_generations"], trainer["num_generations"]
 
 
-def run_demo(
-    out: Path,
-    steps: int,
-    problems: int,
-    n: int,
-    max_new_tokens: int,
-    learning_rate: float,
-    progress: bool = True,
-) -> dict:
-    """Run the four stages; returns the comparison dict of :func:`sagerl.eval.compare_runs`."""
-    from sagerl.eval import compare_runs, evaluate
-    from sagerl.eval.compare import render_table
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo's command-line settings (``python -m sagerl.demo --help``)."""
+
+    out: Path = Path("runs/demo")
+    steps: int = STEPS
+    problems: int = PROBLEMS
+    n: int = SAMPLES
+    max_new_tokens: int = MAX_NEW_TOKENS
+    learning_rate: float = LEARNING_RATE
+    progress: bool = True
+
+    @property
+    def ks(self) -> list[int]:
+        """The budgets the before/after table shows: 1, 2, 4, ... up to n."""
+        return [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= self.n]
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        return dict(
+            n=self.n,
+            limit=self.problems,
+            max_new_tokens=self.max_new_tokens,
+            temperature=1.0,
+            seed=0,
+            progress=self.progress,
+        )
+
+
+@dataclass
+class Demo:
+    """What the stages share: the settings, the console, each stage's result (by stage key), timings."""
+
+    settings: DemoSettings
+    console: Console
+    results: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the demo.
+
+    Attributes:
+        key: the stage's name in :attr:`Demo.results` and in the timings line.
+        heading: the line printed before the stage runs (from the settings).
+        run: runs the stage (its one progress display included) and returns its result.
+        tables: what to print once it has run (renderables; default none).
+    """
+
+    key: str
+    heading: Callable[[DemoSettings], str]
+    run: Callable[[Demo], Any]
+    tables: Callable[[Demo], list] = lambda demo: []
+
+
+def _eval_before(demo: Demo) -> Path:
+    from sagerl.eval import evaluate
     from sagerl.models import embedded_model_dir
+
+    embedded_model_dir()  # converted once into the cache (about 20 s), before the stage's progress bar
+    folder = demo.settings.out / "base"
+    evaluate(None, ["arith"], out=folder, **demo.settings.eval_kwargs())
+    return folder
+
+
+def _train(demo: Demo) -> Path:
     from sagerl.train.run import train
 
-    console = Console(stderr=False)
-    timings = {}
+    s = demo.settings
+    overrides = train_overrides(s.steps, s.max_new_tokens, s.learning_rate, s.progress)
+    return train(PRESET, overrides, output_dir=s.out / "train")
+
+
+def _eval_after(demo: Demo) -> Path:
+    from sagerl.eval import evaluate
+
+    folder = demo.settings.out / PRESET
+    evaluate(str(demo.results["training"]), ["arith"], out=folder, **demo.settings.eval_kwargs())
+    return folder
+
+
+def _training_heading(s: DemoSettings) -> str:
+    prompts, rollouts = prompts_and_rollouts_per_step(
+        train_overrides(s.steps, s.max_new_tokens, s.learning_rate, s.progress)
+    )
+    plural = "s" if prompts != 1 else ""
+    return f"training {PRESET} for {s.steps} steps ({prompts} prompt{plural} x {rollouts} rollouts per step)"
+
+
+def before_after_tables(demo: Demo) -> list:
+    """The before/after pass@k table (:func:`sagerl.eval.compare.render_table`) of the two eval runs in
+    ``demo.settings.out``, and the plot ``passk_before_after.png`` beside them."""
+    from sagerl.eval import compare_runs
+    from sagerl.eval.compare import render_table
+
+    out = demo.settings.out
+    comparison = compare_runs(
+        [out / "base", out / PRESET], out=out / "passk_before_after.png", ks=demo.settings.ks
+    )
+    demo.results["comparison"] = comparison
+    return [render_table(comparison)]
+
+
+STAGES: list[Stage] = [
+    Stage(
+        "eval before",
+        lambda s: f"pass@k before training: {s.problems} held-out problems x {s.n} samples",
+        _eval_before,
+    ),
+    Stage("training", _training_heading, _train),
+    Stage(
+        "eval after",
+        lambda s: "pass@k after training, same problems and seeds",
+        _eval_after,
+        before_after_tables,
+    ),
+]
+"""The demo's stages, in order; each prints ``i/N heading``, runs, then prints its tables."""
+
+
+def print_stage_tables(demo: Demo, stage: Stage) -> None:
+    """Print the tables of a finished stage (each fits the console's width)."""
+    for table in stage.tables(demo):
+        demo.console.print(table)
+
+
+def run_demo(
+    settings: DemoSettings, console: Console | None = None, stages: list[Stage] | None = None
+) -> Demo:
+    """Run every stage in order; returns the :class:`Demo` with each stage's result."""
+    stages = STAGES if stages is None else stages
+    demo = Demo(settings, console or Console())
     start = time.time()
-    console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M-Instruct, built-in arithmetic")
-    embedded_model_dir()
-    eval_kwargs = dict(
-        n=n, limit=problems, max_new_tokens=max_new_tokens, temperature=1.0, seed=0, progress=progress
-    )
+    demo.console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M, built-in arithmetic")
+    for i, stage in enumerate(stages, start=1):
+        demo.console.print(f"[bold]{i}/{len(stages)}[/] {stage.heading(settings)}", highlight=False)
+        t = time.time()
+        demo.results[stage.key] = stage.run(demo)
+        demo.timings[stage.key] = time.time() - t
+        print_stage_tables(demo, stage)
+    print_summary(demo, time.time() - start)
+    return demo
 
-    console.print(f"[bold]1/3[/] pass@k before training: {problems} held-out problems x {n} samples")
-    t = time.time()
-    evaluate(None, ["arith"], out=out / "base", **eval_kwargs)
-    timings["eval before"] = time.time() - t
 
-    overrides = train_overrides(steps, max_new_tokens, learning_rate, progress)
-    prompts, rollouts = prompts_and_rollouts_per_step(overrides)
-    console.print(
-        f"[bold]2/3[/] training {PRESET} for {steps} steps "
-        f"({prompts} prompt{'s' if prompts != 1 else ''} x {rollouts} rollouts per step)"
-    )
-    t = time.time()
-    model = train(PRESET, overrides, output_dir=out / "train")
-    timings["training"] = time.time() - t
-
-    console.print("[bold]3/3[/] pass@k after training, same problems and seeds")
-    t = time.time()
-    evaluate(str(model), ["arith"], out=out / PRESET, **eval_kwargs)
-    timings["eval after"] = time.time() - t
-
-    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
-    comparison = compare_runs([out / "base", out / PRESET], out=out / "passk_before_after.png", ks=ks)
-    console.print(render_table(comparison))
-    console.print(
-        "times: "
-        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
-        + f", total {(time.time() - start) / 60:.1f} min"
-    )
-    console.print(f"plot: {comparison['plot']}   training metrics: {out / 'train' / 'metrics.jsonl'}")
-    return comparison
+def print_summary(demo: Demo, total_s: float) -> None:
+    """The closing lines: time per stage, and where the plot and the training metrics are."""
+    times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in demo.timings.items())
+    demo.console.print(f"times: {times}, total {total_s / 60:.1f} min", highlight=False)
+    out = demo.settings.out
+    comparison = demo.results.get("comparison")
+    if comparison is not None and comparison.get("plot"):
+        demo.console.print(f"plot: {comparison['plot']}", highlight=False)
+    demo.console.print(f"training metrics: {out / 'train' / 'metrics.jsonl'}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="sagerl demo: before/after pass@k of SAGE on the embedded model"
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"))
+    parser.add_argument("--out", type=Path, default=DemoSettings.out)
     parser.add_argument("--steps", type=int, default=STEPS, help="training steps")
     parser.add_argument("--problems", type=int, default=PROBLEMS, help="held-out problems to evaluate")
     parser.add_argument("-n", type=int, default=SAMPLES, help="samples per problem")
@@ -122,21 +229,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from sagerl.cli.quiet import quiet_third_party_progress
     from sagerl.cli.warning_filters import silence_harmless_warnings
     from sagerl.errors import SagerlError
 
     silence_harmless_warnings()
-
+    quiet_third_party_progress()
+    settings = DemoSettings(
+        out=args.out,
+        steps=args.steps,
+        problems=args.problems,
+        n=args.n,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        progress=not args.no_progress,
+    )
     try:
-        run_demo(
-            args.out,
-            args.steps,
-            args.problems,
-            args.n,
-            args.max_new_tokens,
-            args.learning_rate,
-            progress=not args.no_progress,
-        )
+        run_demo(settings)
     except SagerlError as exc:
         raise SystemExit(f"sagerl: error: {exc}") from None
 
