@@ -8,7 +8,8 @@ is printed, for the width it is printed at (an 80-column terminal, a wide one, a
 1. one line per row, each estimate as ``4.3 [1.6, 7.8]``, when that fits;
 2. else each estimate's CI on a row of its own under the values (``4.3`` over ``[1.6, 7.8]``), which
    about halves the width;
-3. else the columns split into consecutive tables, each repeating the row labels; ``groups`` keeps
+3. else each row label on a line of its own above the row's values, when the labels are what is wide;
+4. else the columns split into consecutive tables, each repeating the row labels; ``groups`` keeps
    columns that belong together (one data set's pass@k) in one table where they fit.
 
 Headers wrap at spaces only, never inside a word, and never wider than their column needs. A caller
@@ -25,11 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.measure import Measurement
-from rich.table import Table
 from rich.text import Text
 
 __all__ = ["Estimate", "FittedTable", "format_cell", "render_text"]
+
+GAP = "   "
+"""Between two columns."""
 
 
 @dataclass(frozen=True)
@@ -114,22 +116,62 @@ class FittedTable:
             raise ValueError(f"column groups {self.groups} do not add up to {len(self.columns)} columns")
 
     # -- layout -------------------------------------------------------------------------------------
-    def _table(self, indices: Sequence[int], inline: bool) -> Table:
-        texts = {i: [format_cell(cells[i], inline) for _, cells in self.rows] for i in indices}
-        table = Table(show_edge=False, pad_edge=False, header_style="bold", box=_box())
-        table.add_column(self.label, no_wrap=True, style="bold")
-        for i in indices:
-            widest = max((len(t) for pair in texts[i] for t in pair), default=1)
-            table.add_column(_wrap_header(self.columns[i], widest), justify="right", no_wrap=True)
-        for r, (name, _) in enumerate(self.rows):
-            table.add_row(name, *(texts[i][r][0] for i in indices))
-            intervals = [texts[i][r][1] for i in indices]
-            if any(intervals):
-                table.add_row("", *(Text(t, style="dim") for t in intervals))
-        return table
+    def _texts(self, inline: bool) -> list[list[tuple[str, str]]]:
+        return [[format_cell(c, inline) for c in cells] for _, cells in self.rows]
 
-    def _parts(self, console: Console, width: int, inline: bool) -> list[list[int]] | None:
-        """Consecutive column index lists whose tables fit ``width``; None when one column alone does not."""
+    def _widths(self, texts, indices: Sequence[int]) -> list[int]:
+        """Each column's width: its widest cell, and its header wrapped at spaces no wider than that."""
+        widths = []
+        for i in indices:
+            widest = max((len(t) for row in texts for t in row[i]), default=1)
+            header = max(len(line) for line in _wrap_header(self.columns[i], widest).split("\n"))
+            widths.append(max(widest, header))
+        return widths
+
+    def _label_width(self, label_lines: bool) -> int:
+        if label_lines:
+            return len(self.label)
+        return max([len(self.label), *(len(name) for name, _ in self.rows)])
+
+    def _width(self, texts, indices: Sequence[int], label_lines: bool) -> int:
+        widths = self._widths(texts, indices)
+        return self._label_width(label_lines) + sum(w + len(GAP) for w in widths)
+
+    def _lines(self, texts, indices: Sequence[int], label_lines: bool) -> list[Text]:
+        widths = self._widths(texts, indices)
+        label_width = self._label_width(label_lines)
+        headers = [_wrap_header(self.columns[i], w).split("\n") for i, w in zip(indices, widths, strict=True)]
+        height = max((len(h) for h in headers), default=1)
+        lines = []
+        for level in range(height):
+            label = self.label if level == height - 1 else ""
+            cells = [(h[level - (height - len(h))] if level >= height - len(h) else "") for h in headers]
+            line = label.ljust(label_width) + "".join(
+                GAP + c.rjust(w) for c, w in zip(cells, widths, strict=True)
+            )
+            lines.append(Text(line.rstrip(), style="bold"))
+        lines.append(Text("─" * (label_width + sum(w + len(GAP) for w in widths))))
+        for (name, _), row in zip(self.rows, texts, strict=True):
+            values = "".join(GAP + row[i][0].rjust(w) for i, w in zip(indices, widths, strict=True))
+            if label_lines:
+                lines.append(Text(name, style="bold"))
+                lines.append(Text((" " * label_width + values).rstrip()))
+            else:
+                line = Text(name.ljust(label_width), style="bold")
+                line.append(values)
+                lines.append(line)
+            intervals = [row[i][1] for i in indices]
+            if any(intervals):
+                ci = "".join(GAP + t.rjust(w) for t, w in zip(intervals, widths, strict=True))
+                lines.append(Text((" " * label_width + ci).rstrip(), style="dim"))
+        return lines
+
+    def _parts(self, texts, width: int, label_lines: bool) -> list[list[int]] | None:
+        """Consecutive column index lists that fit ``width``; None when one column alone does not."""
+
+        def fits(indices: Sequence[int]) -> bool:
+            return self._width(texts, indices, label_lines) <= width
+
         units, start = [], 0
         for size in self.groups:
             units.append(list(range(start, start + size)))
@@ -137,56 +179,50 @@ class FittedTable:
         parts: list[list[int]] = []
         current: list[int] = []
         for unit in units:
-            if self._fits(console, current + unit, width, inline):
+            if fits(current + unit):
                 current += unit
                 continue
-            if current and self._fits(console, unit, width, inline):
+            if current and fits(unit):
                 parts.append(current)
                 current = list(unit)
                 continue
             for i in unit:  # a group too wide on its own is split column by column
-                if self._fits(console, current + [i], width, inline):
+                if fits(current + [i]):
                     current.append(i)
                     continue
                 if current:
                     parts.append(current)
-                if not self._fits(console, [i], width, inline):
+                if not fits([i]):
                     return None
                 current = [i]
         if current:
             parts.append(current)
         return parts
 
-    def _fits(self, console: Console, indices: Sequence[int], width: int, inline: bool) -> bool:
-        return natural_width(console, self._table(indices, inline)) <= width
-
-    def tables(self, console: Console, width: int) -> list[tuple[str, Table]]:
-        """The (title, table) parts of the layout for ``width`` columns."""
+    def layout(self, width: int) -> list[tuple[str, list[Text]]]:
+        """The (title, lines) parts of the table printed ``width`` columns wide."""
         every = list(range(len(self.columns)))
-        for inline in (True, False):
-            if self._fits(console, every, width, inline):
-                return [(self.title, self._table(every, inline))]
-        parts = self._parts(console, width, inline=False)
-        if parts is None:  # narrower than one column: one column a table, rich crops what is left
-            parts = [[i] for i in every]
+        for inline, label_lines in ((True, False), (False, False), (False, True)):
+            texts = self._texts(inline)
+            if self._width(texts, every, label_lines) <= width:
+                return [(self.title, self._lines(texts, every, label_lines))]
+        texts = self._texts(False)
+        label_lines = self._label_width(False) > width // 3
+        parts = self._parts(texts, width, label_lines) or [[i] for i in every]
         n = len(parts)
-        return [(f"{self.title} ({k}/{n})", self._table(p, False)) for k, p in enumerate(parts, start=1)]
+        return [
+            (f"{self.title} ({k}/{n})", self._lines(texts, part, label_lines))
+            for k, part in enumerate(parts, 1)
+        ]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        parts = self.tables(console, options.max_width)
-        for k, (title, table) in enumerate(parts):
+        for k, (title, lines) in enumerate(self.layout(options.max_width)):
             if k:
                 yield Text("")
             yield Text(title, style="bold")
-            yield table
+            yield from lines
         if self.caption:
             yield Text(self.caption, style="dim")
-
-
-def natural_width(console: Console, table: Table) -> int:
-    """The width ``table`` takes when nothing wraps (rich's maximum measurement at unlimited width)."""
-    options = console.options.update(max_width=10_000)
-    return Measurement.get(console, options, table).maximum
 
 
 def render_text(renderable, width: int = 80) -> str:
@@ -203,9 +239,3 @@ def _wrap_header(header: str, width: int) -> str:
         longest = max((len(w) for w in part.split()), default=0)
         lines += textwrap.wrap(part, max(width, longest), break_long_words=False) or [""]
     return "\n".join(lines)
-
-
-def _box():
-    from rich import box
-
-    return box.SIMPLE_HEAD

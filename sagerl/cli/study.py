@@ -22,6 +22,10 @@ def study_command(
     progress: bool = typer.Option(False, "--progress/--no-progress", help="Progress bars of each cell."),
 ) -> None:
     """Run a study cell by cell (resumable; failed cells reported) and write one table with 95% CIs over seeds."""
+    import json
+
+    from rich.console import Console
+
     from sagerl.study import (
         cell_commands,
         check_finished_cells,
@@ -31,7 +35,7 @@ def study_command(
         study_folder,
     )
     from sagerl.study.folders import read_cell_status
-    from sagerl.study.table import write_study_table
+    from sagerl.study.table import finished_summary, render_terminal, write_study_table
 
     study = load_study(study_file)
     folder = study_folder(study, out)
@@ -45,12 +49,14 @@ def study_command(
         return
     if aggregate_only:
         check_finished_cells(study, folder)
-        write_study_table(study, folder)
+        data = write_study_table(study, folder)
     else:
         run_study(study, folder, progress=progress, log=typer.echo)
-    typer.echo((folder / "table.md").read_text(encoding="utf-8"))
+        data = json.loads((folder / "study.json").read_text(encoding="utf-8"))
+    Console().print(render_terminal(data))
+    typer.echo(f"{finished_summary(study, folder)}; every column: {folder / 'table.md'}")
     statuses = [read_cell_status(folder, cell) for cell in study.cells]
     failed = sum(1 for status in statuses if status is not None and status.get("status") != "ok")
     if failed:  # exit status 1, so that scripts and schedulers notice
-        typer.echo(f"sagerl study: {failed} of {len(statuses)} cells failed (errors in the table)", err=True)
+        typer.echo(f"sagerl study: {failed} of {len(statuses)} runs failed (errors above)", err=True)
         raise typer.Exit(1)
