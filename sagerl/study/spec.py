@@ -299,10 +299,12 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
 
 
 def load_study(path: str | Path) -> Study:
-    """Read and check a study YAML file.
+    """Read and check a study YAML file, its model included (:func:`sagerl.models.check_model`: a hub id
+    is looked up when online and refused offline unless cached; nothing is built or loaded).
 
     Raises:
-        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_study`.
+        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_study`; or the
+            model does not exist, or cannot be read offline.
     """
     path = Path(path)
     try:
@@ -313,4 +315,12 @@ def load_study(path: str | Path) -> Study:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SagerlError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-    return parse_study(data, str(path))
+    study = parse_study(data, str(path))
+    from sagerl.errors import ModelLoadError
+    from sagerl.models import check_model
+
+    try:  # a hub id that does not exist, or cannot be read offline, fails here, not at the reference eval
+        check_model(study.model)
+    except ModelLoadError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return study
