@@ -217,17 +217,24 @@ def print_summary(demo: Demo, total_s: float) -> None:
     demo.console.print(f"training metrics: {out / 'train' / 'metrics.jsonl'}", highlight=False)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's command line (``python -m sagerl.demo --help``)."""
     parser = argparse.ArgumentParser(
-        description="sagerl demo: before/after pass@k of SAGE on the embedded model"
+        prog="python -m sagerl.demo",
+        description="sagerl demo: before/after pass@k of SAGE on the embedded model",
     )
-    parser.add_argument("--out", type=Path, default=DemoSettings.out)
+    parser.add_argument("--out", type=Path, default=DemoSettings.out, help="run folder (default runs/demo)")
     parser.add_argument("--steps", type=int, default=STEPS, help="training steps")
     parser.add_argument("--problems", type=int, default=PROBLEMS, help="held-out problems to evaluate")
     parser.add_argument("-n", type=int, default=SAMPLES, help="samples per problem")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     from sagerl.cli.quiet import quiet_third_party_progress
     from sagerl.cli.warning_filters import silence_harmless_warnings
