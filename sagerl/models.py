@@ -88,6 +88,7 @@ def _convert_embedded(gguf: Path, target: Path) -> Path:
 BUILT_IN_MODELS = {
     "planted-reference": ("sagerl.tasks.planted_model", "build_planted_model", "reference"),
     "planted-teacher": ("sagerl.tasks.planted_model", "build_planted_model", "teacher"),
+    "planted-reference-10": ("sagerl.tasks.planted_model", "build_planted_model", "reference-10"),
 }
 """Models sagerl builds itself on first use (name -> module, function, argument): the planted-strategy
 task's tiny reference and teacher models. Looked up by name, so this layer imports the task lazily."""

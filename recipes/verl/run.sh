@@ -102,6 +102,7 @@ case $variant in
   dapo*) args+=(
     algorithm.filter_groups.enable=True
     algorithm.filter_groups.metric=acc
+    algorithm.filter_groups.max_num_gen_batches=10
     reward.reward_manager.name=dapo
     "+reward.reward_kwargs.overlong_buffer_cfg={enable:True,len:768,penalty_factor:1.0,log:False}"
     +reward.reward_kwargs.max_resp_len=3072

@@ -54,12 +54,16 @@ def train_command(
     ),
 ) -> None:
     """Train a model with SAGE (or a baseline) on TRL; writes config.yaml, metrics.jsonl, checkpoints, model/."""
-    from sagerl.train.presets import list_presets
+    from sagerl.train.presets import GUIDE_SUFFIXES, list_presets
     from sagerl.train.run import dry_run, parse_overrides, read_config_file, train
 
     if list_presets_:
         for name, description in list_presets().items():
             typer.echo(f"{name:14s} {description}")
+        typer.echo(
+            f"METHOD+GUIDE   a preset without a guide, plus a guide ({', '.join(GUIDE_SUFFIXES)}): "
+            "e.g. w-reinforce+branch"
+        )
         return
     values: dict = {}
     for path in config_files:

@@ -7,8 +7,10 @@ arXiv 2605.18864), and the papers cited in each module.
 
 from sagerl.objective.advantages import beta_parameters, bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
+from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate, token_covariance
 from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty
 from sagerl.objective.divergences import KL_ESTIMATORS, forward_kl, shaped_kl
+from sagerl.objective.entropy_advantage import entropy_advantage
 from sagerl.objective.guides import (
     branch_guide,
     branch_token_guide,
@@ -20,9 +22,12 @@ from sagerl.objective.guides import (
     token_guide,
 )
 from sagerl.objective.loss import DIVERGENCES, KL_PLACEMENTS, LossOutput, kl_to_go, sage_loss
-from sagerl.objective.policy_loss import SurrogateOutput, clipped_surrogate
+from sagerl.objective.passk_advantages import PKPO_BASELINES, pass_at_k, passk_advantages, pkpo_advantages
+from sagerl.objective.policy_loss import POLICY_LOSSES, SurrogateOutput, clipped_surrogate, policy_loss
 from sagerl.objective.registry import (
+    ADVANTAGE_PARAMS,
     ADVANTAGES,
+    BINARY_ADVANTAGES,
     GUIDES,
     GuideParams,
     compute_advantages,
@@ -31,15 +36,22 @@ from sagerl.objective.registry import (
     guide_inputs,
 )
 from sagerl.objective.schedules import SCHEDULES, ConstantSchedule, CosineRestartSchedule, make_schedule
+from sagerl.objective.signed_advantages import SIGNED_ESTIMATORS, w_reinforce_advantages
+from sagerl.objective.unlikeliness import likelihood_ranks, unlikeliness_advantages, unlikeliness_rewards
 
 __all__ = [
     "ADVANTAGES",
+    "ADVANTAGE_PARAMS",
+    "BINARY_ADVANTAGES",
     "DIVERGENCES",
     "GUIDES",
     "KL_ESTIMATORS",
     "KL_PLACEMENTS",
     "LOSS_AGG_MODES",
+    "PKPO_BASELINES",
+    "POLICY_LOSSES",
     "SCHEDULES",
+    "SIGNED_ESTIMATORS",
     "ConstantSchedule",
     "CosineRestartSchedule",
     "GuideParams",
@@ -50,24 +62,36 @@ __all__ = [
     "bnpo_advantages",
     "branch_guide",
     "branch_token_guide",
+    "clip_cov_surrogate",
     "clipped_surrogate",
     "compute_advantages",
     "compute_guide",
     "dr_grpo_advantages",
     "dynamic_sampling_mask",
+    "entropy_advantage",
     "forward_kl",
     "gaussian_guide",
     "get",
     "grpo_advantages",
     "guide_inputs",
+    "kl_cov_surrogate",
     "kl_to_go",
+    "likelihood_ranks",
     "make_schedule",
     "normalize_per_sequence",
     "overlong_penalty",
+    "pass_at_k",
+    "passk_advantages",
     "permutation_guide",
+    "pkpo_advantages",
+    "policy_loss",
     "random_guide",
     "sage_loss",
     "shaped_kl",
     "teacher_guide",
+    "token_covariance",
     "token_guide",
+    "unlikeliness_advantages",
+    "unlikeliness_rewards",
+    "w_reinforce_advantages",
 ]

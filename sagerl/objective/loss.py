@@ -16,14 +16,18 @@ an exact token tree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
 from sagerl.objective.aggregation import aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
-from sagerl.objective.policy_loss import SurrogateOutput, clipped_surrogate
+from sagerl.objective.entropy_advantage import entropy_advantage
+from sagerl.objective.policy_loss import SurrogateOutput
+from sagerl.objective.policy_loss import policy_loss as compute_policy_loss
 
 DIVERGENCES = ("reverse", "forward")
 KL_PLACEMENTS = ("loss", "reward")
@@ -74,6 +78,11 @@ def sage_loss(
     num_tokens: float | torch.Tensor | None = None,
     max_len: int | None = None,
     importance_weights: torch.Tensor | None = None,
+    policy_loss: str = "clip",
+    policy_loss_params: Mapping[str, Any] | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_adv_alpha: float = 0.0,
+    entropy_adv_kappa: float = 2.0,
 ) -> LossOutput:
     """SAGE loss on one (micro-)batch.
 
@@ -95,6 +104,14 @@ def sage_loss(
         loss_agg_mode, num_tokens, max_len: aggregation (see :func:`aggregate_loss`).
         importance_weights: (B, T) or (B, 1) detached weights multiplying the surrogate term only (TRL's
             vLLM importance-sampling correction).
+        policy_loss: the policy term, one of :data:`sagerl.objective.policy_loss.POLICY_LOSSES`: ``"clip"``
+            (the clipped surrogate), ``"clip_cov"`` or ``"kl_cov"`` (:mod:`sagerl.objective.covariance`);
+            ``policy_loss_params`` are its own keywords (ratios, bounds, coefficient, generator). The anchor
+            term and the guide do not depend on it.
+        entropy: (B, T) policy entropies (nats), read when ``entropy_adv_alpha`` > 0.
+        entropy_adv_alpha, entropy_adv_kappa: the entropy advantage A + min(α·H_t, |A|/κ)
+            (:mod:`sagerl.objective.entropy_advantage`), applied to the task advantage before the policy term
+            (and before the KL-in-reward shaping); α = 0 turns it off.
 
     Returns:
         :class:`LossOutput`.
@@ -136,6 +153,10 @@ def sage_loss(
     adv = advantages.detach()
     if adv.dim() == 1:
         adv = adv.unsqueeze(1)
+    if entropy_adv_alpha:
+        if entropy is None:
+            raise ValueError("the entropy advantage (entropy_adv_alpha > 0) needs entropy")
+        adv = entropy_advantage(adv, entropy, mask, entropy_adv_alpha, entropy_adv_kappa)
     if use_kl and kl_placement == "reward":
         log_f = ref_logp.detach() + (0.0 if log_q is None else log_q.detach())
         log_ratio = logp.detach() - log_f
@@ -143,7 +164,17 @@ def sage_loss(
             log_ratio = log_ratio.clamp(-kl_log_ratio_clip, kl_log_ratio_clip)
         adv = adv - beta * kl_to_go(log_ratio, mask)
 
-    surrogate = clipped_surrogate(logp, old_logp, adv, epsilon_low, epsilon_high, delta=delta)
+    surrogate = compute_policy_loss(
+        policy_loss,
+        logp,
+        old_logp,
+        adv,
+        mask,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        delta=delta,
+        **(policy_loss_params or {}),
+    )
     per_token = surrogate.loss
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()

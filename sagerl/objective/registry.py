@@ -15,10 +15,27 @@ from sagerl.objective import guides as _guides
 from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
+from sagerl.objective.passk_advantages import passk_advantages, pkpo_advantages
 from sagerl.objective.schedules import SCHEDULES, make_schedule
+from sagerl.objective.signed_advantages import w_reinforce_advantages
+from sagerl.objective.unlikeliness import unlikeliness_advantages
 
 GUIDES = ("none", "branch", "token", "random", "branch_token", "teacher")
-ADVANTAGES = ("grpo", "dr_grpo", "bnpo")
+ADVANTAGES = ("grpo", "dr_grpo", "bnpo", "passk", "pkpo", "w_reinforce", "psr", "nsr", "unlikely")
+ADVANTAGE_PARAMS: dict[str, tuple[str, ...]] = {
+    "grpo": ("scale",),
+    "dr_grpo": (),
+    "bnpo": (),
+    "passk": ("k",),
+    "pkpo": ("k", "baseline"),
+    "w_reinforce": ("lam",),
+    "psr": (),
+    "nsr": (),
+    "unlikely": ("sequence_logp", "beta_rank", "drop_equal_groups", "scale"),
+}
+"""The keyword parameters each estimator of :func:`compute_advantages` reads (others are ignored)."""
+BINARY_ADVANTAGES = ("passk", "w_reinforce", "psr", "nsr")
+"""Estimators defined on binary (0/1) rewards only; they refuse other rewards."""
 
 _REGISTRY: dict[str, dict[str, Callable]] = {
     "guide": {
@@ -28,7 +45,17 @@ _REGISTRY: dict[str, dict[str, Callable]] = {
         "branch_token": _guides.branch_token_guide,
         "teacher": _guides.teacher_guide,
     },
-    "advantage": {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages, "bnpo": bnpo_advantages},
+    "advantage": {
+        "grpo": grpo_advantages,
+        "dr_grpo": dr_grpo_advantages,
+        "bnpo": bnpo_advantages,
+        "passk": passk_advantages,
+        "pkpo": pkpo_advantages,
+        "w_reinforce": w_reinforce_advantages,
+        "psr": w_reinforce_advantages,
+        "nsr": w_reinforce_advantages,
+        "unlikely": unlikeliness_advantages,
+    },
     "divergence": {"reverse": shaped_kl, "forward": forward_kl},
     "aggregation": {mode: aggregate_loss for mode in LOSS_AGG_MODES},
     "schedule": {kind: make_schedule for kind in SCHEDULES},
@@ -192,18 +219,32 @@ def compute_guide(
     raise ValueError(f"unknown guide {name!r}; expected one of {GUIDES}")
 
 
-def compute_advantages(
-    name: str, rewards: torch.Tensor, group_size: int, scale: str = "group"
-) -> torch.Tensor:
-    """(N,) advantages by estimator name: ``"grpo"`` (with ``scale``), ``"dr_grpo"`` or ``"bnpo"``.
+def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **params) -> torch.Tensor:
+    """(N,) advantages by estimator name, in the order of ``rewards`` (groups of ``group_size`` contiguous).
+
+    - ``"grpo"`` (``scale="group" | "batch" | "none"``), ``"dr_grpo"``, ``"bnpo"``:
+      :mod:`sagerl.objective.advantages`;
+    - ``"passk"`` (``k``) and ``"pkpo"`` (``k``, ``baseline``): :mod:`sagerl.objective.passk_advantages`;
+    - ``"w_reinforce"`` (``lam``, default 0.1), ``"psr"``, ``"nsr"``: :mod:`sagerl.objective.signed_advantages`;
+    - ``"unlikely"`` (``sequence_logp``: (N,) mean log π_old per token; ``beta_rank``, default 0.25):
+      :mod:`sagerl.objective.unlikeliness`.
+
+    Parameters an estimator does not read (:data:`ADVANTAGE_PARAMS`) are ignored, so an engine can pass
+    its whole configuration; ``None`` values mean "the estimator's default".
 
     Raises:
-        ValueError: unknown name (and whatever the estimator raises).
+        ValueError: unknown name, a missing required parameter (``k``, ``sequence_logp``), and whatever the
+            estimator raises (bad k, λ ≤ 0, β_rank outside [0, 1], rewards other than 0/1 for the binary
+            estimators).
     """
-    if name == "grpo":
-        return grpo_advantages(rewards, group_size, scale=scale)
-    if name == "dr_grpo":
-        return dr_grpo_advantages(rewards, group_size)
-    if name == "bnpo":
-        return bnpo_advantages(rewards, group_size)
-    raise ValueError(f"unknown advantage estimator {name!r}; expected one of {ADVANTAGES}")
+    if name not in ADVANTAGE_PARAMS:
+        raise ValueError(f"unknown advantage estimator {name!r}; expected one of {ADVANTAGES}")
+    given = {
+        key: value for key, value in params.items() if key in ADVANTAGE_PARAMS[name] and value is not None
+    }
+    for required in {"passk": ("k",), "pkpo": ("k",), "unlikely": ("sequence_logp",)}.get(name, ()):
+        if required not in given:
+            raise ValueError(f"the {name} advantage estimator needs {required}")
+    if name in ("w_reinforce", "psr", "nsr"):
+        given["kind"] = name
+    return _REGISTRY["advantage"][name](rewards, group_size, **given)

@@ -28,8 +28,12 @@ REFERENCE = "reference"
 
 
 def study_folder(study: Study, out: str | Path | None) -> Path:
-    """``out``, or ``runs/study-<name>``."""
-    return Path(out) if out is not None else Path("runs") / f"study-{study.name}"
+    """``out``, or ``runs/study-<name>``; for a study of a file with ``settings``, that folder of the file's
+    name, then the setting: ``runs/study-<file's name>/<setting>``."""
+    if study.setting is None:
+        return Path(out) if out is not None else Path("runs") / f"study-{study.name}"
+    base = study.name.removesuffix(f"-{study.setting}")
+    return (Path(out) if out is not None else Path("runs") / f"study-{base}") / study.setting
 
 
 def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:

@@ -102,8 +102,17 @@ def reference_command(study: Study, out: Path) -> str:
 
 
 def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
-    """What a finished cell's ``cell.json`` records of how it ran (compared on every rerun)."""
-    return json.loads(json.dumps({"train": _train_overrides(study, cell), "eval": _eval_kwargs(study)}))
+    """What a finished cell's ``cell.json`` records of how it ran (compared on every rerun): the train
+    overrides, the eval settings and the keys its preset held (so a preset changed by a sagerl upgrade is
+    noticed too)."""
+    from sagerl.train.presets import load_preset
+
+    record = {
+        "train": _train_overrides(study, cell),
+        "eval": _eval_kwargs(study),
+        "preset_keys": load_preset(cell.preset),
+    }
+    return json.loads(json.dumps(record))
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -121,8 +130,9 @@ def check_finished_cells(study: Study, out: Path) -> None:
     """Refuse a rerun in which a finished cell's settings changed.
 
     A cell's ``cell.json`` records its preset, train overrides (the study's ``train.set``, the cell's
-    ``set``, seed, steps, model, data set) and eval settings; files written before this record hold only
-    the preset and the cell's ``set``, which are then what is compared.
+    ``set``, seed, steps, model, data set), eval settings and the keys the preset held; files written before
+    this record hold only the preset and the cell's ``set`` (or no preset keys), which are then what is
+    compared.
 
     Raises:
         ConfigError: naming the study folder, each changed cell and seed, and the keys that differ (old ->
@@ -135,7 +145,10 @@ def check_finished_cells(study: Study, out: Path) -> None:
             continue
         diffs = _differences({"preset": previous.get("preset")}, {"preset": cell.preset})
         if "settings" in previous:
-            diffs += _differences(previous["settings"], _recorded_settings(study, cell))
+            now = _recorded_settings(study, cell)
+            if "preset_keys" not in previous["settings"]:  # recorded before presets were
+                now.pop("preset_keys")
+            diffs += _differences(previous["settings"], now)
         else:
             diffs += _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
         if diffs:

@@ -25,10 +25,19 @@ Layout (YAML)::
         grid: {gamma: [0.3, 1.0], tau: [0.5, 1.0]}
         seeds: [0]                     # cells grpo+branch@gamma=0.3@tau=0.5, ...; with name: N,
                                        # N@gamma=0.3@tau=0.5, ...
+    paired:                            # optional: every cell against a baseline cell, seed by seed
+      baseline: grpo
+      metrics: [solved/planted_rare, pass@1/planted_common, kl/reference]
+    settings:                          # optional: the same cells in several settings (model, train, eval,
+      - name: rare2                    # seeds overridden; train.set merged), each its own folder and
+      - name: rare10                   # reference: OUT/<setting>/
+        model: planted-reference-10
 
 :func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
 section keys, unknown presets, unknown or ill-typed ``set`` keys and values the ``SAGEConfig`` refuses
-(through the same resolution and checks as ``sagerl train --set``), duplicate cell names. Errors name the file, the cell and the key.
+(through the same resolution and checks as ``sagerl train --set``), duplicate cell names, a paired baseline
+that is not a cell. Errors name the file, the cell and the key. :func:`load_studies` expands ``settings`` into
+one :class:`Study` per setting.
 """
 
 from __future__ import annotations
@@ -44,7 +53,9 @@ import yaml
 
 from sagerl.errors import ConfigError, SagerlError
 
-TOP_KEYS = {"name", "model", "train", "eval", "seeds", "cells", "sweeps"}
+TOP_KEYS = {"name", "model", "train", "eval", "seeds", "cells", "sweeps", "settings", "paired"}
+SETTING_KEYS = {"name", "model", "train", "eval", "seeds"}
+PAIRED_KEYS = {"baseline", "metrics"}
 TRAIN_KEYS = {"dataset", "steps", "set"}
 EVAL_KEYS = {
     "datasets",
@@ -105,6 +116,10 @@ class Study:
     eval: EvalSettings
     cells: list[Cell] = field(default_factory=list)
     source: str = "<study>"
+    paired: dict[str, Any] | None = None
+    """``{"baseline": cell name, "metrics": [metric keys]}``: the paired table (:mod:`sagerl.study.table`)."""
+    setting: str | None = None
+    """The name of this study's setting when the file has ``settings`` (its folder under the study's)."""
 
     @property
     def cell_names(self) -> list[str]:
@@ -229,8 +244,8 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         )
     except TypeError as exc:
         raise ConfigError(f"{source}: eval: {exc}") from None
-    for name in eval_settings.datasets:
-        _check_dataset(name, f"{source}: eval.datasets")
+    for dataset_name in eval_settings.datasets:
+        _check_dataset(dataset_name, f"{source}: eval.datasets")
     for key, kind in (
         ("n", int),
         ("max_new_tokens", int),
@@ -295,16 +310,100 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         seen[safe_name(cell_name)] = cell_name
         _check_cell(preset, {**common, **overrides}, where)
         cells.extend(Cell(cell_name, preset, dict(overrides), s) for s in cell_seeds)
-    return Study(name, model, dataset, steps, common, eval_settings, cells, source)
+    paired = _paired(data.get("paired"), [c.name for c in cells], source)
+    return Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
+
+
+def _paired(value: Any, cell_names: list[str], source: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    value = _mapping(value, f"{source}: paired")
+    _unknown(set(value), PAIRED_KEYS, f"{source}: paired")
+    baseline = value.get("baseline")
+    if baseline not in cell_names:
+        raise ConfigError(f"{source}: paired.baseline {baseline!r} is not a cell of the study")
+    metrics = value.get("metrics", ["solved/total"])
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        raise ConfigError(f"{source}: paired.metrics must be a non-empty list of metric keys")
+    return {"baseline": baseline, "metrics": list(metrics)}
+
+
+def _merged(base: dict, setting: dict) -> dict:
+    """The study mapping with one setting applied: top-level keys replaced, ``train``/``eval`` keys replaced
+    one by one and ``train.set`` merged key by key."""
+    out = {k: v for k, v in base.items() if k != "settings"}
+    for key, value in setting.items():
+        if key == "name":
+            continue
+        if key in ("train", "eval") and isinstance(value, dict):
+            section = dict(out.get(key) or {})
+            for sub, sub_value in value.items():
+                if key == "train" and sub == "set" and isinstance(sub_value, dict):
+                    section["set"] = {**(section.get("set") or {}), **sub_value}
+                else:
+                    section[sub] = sub_value
+            out[key] = section
+        else:
+            out[key] = value
+    return out
+
+
+def parse_studies(data: Any, source: str = "<study>") -> list[Study]:
+    """:func:`parse_study`, expanding ``settings`` into one study per setting (named ``<name>-<setting>``,
+    with ``setting`` set); a file without settings gives one study.
+
+    Raises:
+        ConfigError: as :func:`parse_study`, and a setting without a name, twice the same name, or an
+            unknown key in a setting.
+    """
+    data = _mapping(data, source)
+    settings = data.get("settings")
+    if settings is None:
+        return [parse_study(data, source)]
+    if not isinstance(settings, list) or not settings:
+        raise ConfigError(f"{source}: settings must be a non-empty list of mappings")
+    base_name = str(data.get("name") or Path(source).stem)
+    studies, seen = [], set()
+    for i, raw in enumerate(settings):
+        where = f"{source}: settings[{i}]"
+        raw = _mapping(raw, where)
+        _unknown(set(raw), SETTING_KEYS, where)
+        label = raw.get("name")
+        if not isinstance(label, str) or not label or safe_name(label) != label:
+            raise ConfigError(f"{where}: needs a name (letters, digits, . _ - + = @ ,), got {label!r}")
+        if label in seen:
+            raise ConfigError(f"{where}: the setting name {label!r} is used twice")
+        seen.add(label)
+        merged = _merged(data, raw)
+        merged["name"] = f"{base_name}-{label}"
+        study = parse_study(merged, f"{source} (setting {label})")
+        study.setting = label
+        study.source = source
+        studies.append(study)
+    return studies
 
 
 def load_study(path: str | Path) -> Study:
-    """Read and check a study YAML file, its model included (:func:`sagerl.models.check_model`: a hub id
-    is looked up when online and refused offline unless cached; nothing is built or loaded).
+    """Read and check a study YAML file without ``settings``.
 
     Raises:
-        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_study`; or the
-            model does not exist, or cannot be read offline.
+        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_study`; a file
+            with ``settings`` (use :func:`load_studies`).
+    """
+    studies = load_studies(path)
+    if len(studies) != 1 or studies[0].setting is not None:
+        raise ConfigError(f"{path}: has settings; load it with load_studies (one study per setting)")
+    return studies[0]
+
+
+def load_studies(path: str | Path) -> list[Study]:
+    """Read and check a study YAML file: one :class:`Study`, or one per setting (:func:`parse_studies`),
+    each study's model included (:func:`sagerl.models.check_model`: a hub id is looked up when online and
+    refused offline unless cached; nothing is built or loaded).
+
+    Raises:
+        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_studies`; or a
+            model that does not exist, or cannot be read offline.
     """
     path = Path(path)
     try:
@@ -315,12 +414,13 @@ def load_study(path: str | Path) -> Study:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SagerlError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-    study = parse_study(data, str(path))
+    studies = parse_studies(data, str(path))
     from sagerl.errors import ModelLoadError
     from sagerl.models import check_model
 
-    try:  # a hub id that does not exist, or cannot be read offline, fails here, not at the reference eval
-        check_model(study.model)
-    except ModelLoadError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return study
+    for model in dict.fromkeys(study.model for study in studies):
+        try:  # a hub id that does not exist, or cannot be read offline, fails here, not at the reference eval
+            check_model(model)
+        except ModelLoadError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return studies

@@ -146,10 +146,81 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
             summary[key] = {"mean": mean, "ci": [lo, hi], "values": values}
         entry["summary"] = summary
     data["cells"] = cells
+    if study.paired is not None:
+        data["paired"] = paired_differences(cells, study.paired)
     data["total_time_s"] = round(
         sum(m.get("total_s", 0.0) for e in cells.values() for m in e["per_seed"].values()), 1
     )
     return data
+
+
+def paired_differences(cells: Mapping[str, Any], paired: Mapping[str, Any]) -> dict[str, Any]:
+    """Per cell and metric, the difference to the baseline cell on the same seed: mean and Student-t 95% CI
+    over the seeds both finished (``{"baseline", "metrics", "cells": {cell: {metric: {"mean", "ci", "values",
+    "seeds"}}}}``). Seed s of every cell starts from the same data order and the same first sampling, so the
+    per-seed difference removes what the seeds share."""
+    baseline = cells.get(paired["baseline"], {}).get("per_seed", {})
+    out: dict[str, Any] = {"baseline": paired["baseline"], "metrics": list(paired["metrics"]), "cells": {}}
+    for name, entry in cells.items():
+        rows = {}
+        for metric in paired["metrics"]:
+            seeds = sorted(
+                (
+                    s
+                    for s in entry["per_seed"]
+                    if s in baseline and metric in entry["per_seed"][s] and metric in baseline[s]
+                ),
+                key=int,
+            )
+            diffs = [entry["per_seed"][s][metric] - baseline[s][metric] for s in seeds]
+            mean, lo, hi = t_interval(diffs)
+            rows[metric] = {"mean": mean, "ci": [lo, hi], "values": diffs, "seeds": [int(s) for s in seeds]}
+        out["cells"][name] = rows
+    return out
+
+
+def _metric_format(key: str) -> tuple[bool, int]:
+    """(shown as percent, digits) of a metric key."""
+    if key.startswith(PROBABILITIES):
+        return True, 1
+    if key in ("kl/reference", "entropy"):
+        return False, 3
+    return False, 1
+
+
+def render_paired(data: Mapping[str, Any]) -> str:
+    """``paired.md``: per cell, each paired metric's mean [95% CI] and its difference Δ to the baseline
+    [95% CI of the per-seed differences]; rows sorted by the first metric's Δ, the baseline first."""
+    paired = data["paired"]
+    metrics, base = paired["metrics"], paired["baseline"]
+    header = ["cell", "seeds"]
+    for metric in metrics:
+        percent, _ = _metric_format(metric)
+        unit = " (%)" if percent else ""
+        header += [f"{metric}{unit}", f"Δ vs {base}"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    if data.get("reference"):
+        ref = {
+            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
+        }
+        row = ["reference (before training)", "—"]
+        for metric in metrics:
+            row += [_fmt(ref, metric, *_metric_format(metric)), "—"]
+        lines.append("| " + " | ".join(row) + " |")
+
+    def order(name: str) -> tuple[int, float]:
+        delta = paired["cells"][name][metrics[0]]["mean"]
+        return (0 if name == base else 1, -(delta if not math.isnan(delta) else -math.inf))
+
+    for name in sorted(data["cells"], key=order):
+        entry = data["cells"][name]
+        row = [name, str(len(entry["per_seed"]))]
+        for metric in metrics:
+            percent, digits = _metric_format(metric)
+            row.append(_fmt(entry.get("summary"), metric, percent, digits))
+            row.append("—" if name == base else _fmt(paired["cells"][name], metric, percent, digits))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _fmt(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int = 1) -> str:
@@ -385,6 +456,8 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
     data = collect(study, out)
     atomic_write_text(out / "study.json", json.dumps(jsonable(data), indent=2) + "\n")
     atomic_write_text(out / "table.md", render_markdown(data))
+    if "paired" in data:
+        atomic_write_text(out / "paired.md", render_paired(data))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
         plot_strategies(data, out / "strategies.png")

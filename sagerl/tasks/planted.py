@@ -60,6 +60,7 @@ __all__ = [
     "COMMON_TYPES",
     "RARE_TYPES",
     "REFERENCE_MIX",
+    "REFERENCE_MIX_10",
     "STRATEGIES",
     "TEACHER_MIX",
     "Strategy",
@@ -114,6 +115,9 @@ REFERENCE_MIX: dict[str, float] = {"head": 0.90, "tail": 0.02, "second": 0.04, "
 """Planted strategy frequencies of the reference model's training traces (the same for every type)."""
 TEACHER_MIX: dict[str, float] = {"head": 0.60, "tail": 0.30, "second": 0.05, "third": 0.05}
 """Planted frequencies of the teacher model's traces: the rare strategy ten times as often."""
+REFERENCE_MIX_10: dict[str, float] = {"head": 0.82, "tail": 0.10, "second": 0.04, "third": 0.04}
+"""A second setting's reference (``planted-reference-10``): the rare strategy at 10% instead of 2%, so the
+rare mode is easy to find but still loses to the dominant one wherever both are right."""
 
 _MARKER_TO_STRATEGY = {marker: s.name for s in STRATEGIES.values() for marker, _ in s.markers}
 _EVAL_SHARE = 4  # one digit pattern in 4 is held out for evaluation

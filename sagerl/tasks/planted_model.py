@@ -25,6 +25,7 @@ from sagerl.char_lm import CharLMConfig, Example, Phase, cached_char_lm
 from sagerl.random_state import preserved_rng
 from sagerl.tasks.planted import (
     REFERENCE_MIX,
+    REFERENCE_MIX_10,
     TEACHER_MIX,
     make_planted_problems,
     make_traces,
@@ -41,7 +42,7 @@ SKILL_MIX = {name: 0.25 for name in ("head", "tail", "second", "third")}
 """The skill traces: every strategy equally often, the loss on all but their first token."""
 MEASURE_PROBLEMS = 1_000
 MEASURE_SEED = 5
-MIXES = {"reference": REFERENCE_MIX, "teacher": TEACHER_MIX}
+MIXES = {"reference": REFERENCE_MIX, "reference-10": REFERENCE_MIX_10, "teacher": TEACHER_MIX}
 CONFIG = CharLMConfig()
 MAX_NEW_TOKENS = 24
 REPORT_FILE = "planted.json"
@@ -124,7 +125,7 @@ def _end_entropy(model, tokenizer, problems) -> float:
 
 
 def build_planted_model(role: str = "reference") -> Path:
-    """The planted model of ``role`` (``"reference"`` or ``"teacher"``), built on first use (about 1 min on
+    """The planted model of ``role`` (``"reference"``, ``"reference-10"`` or ``"teacher"``), built on first use (about 1 min on
     2 CPU cores) and cached; ``planted.json`` holds the planted and the measured strategy frequencies.
 
     Raises:

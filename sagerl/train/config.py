@@ -22,7 +22,11 @@ from sagerl.objective import (
     LOSS_AGG_MODES,
     GuideParams,
 )
+from sagerl.objective.covariance import CLIP_COV_DEFAULTS, KL_COV_DEFAULTS
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.passk_advantages import PKPO_BASELINES
+from sagerl.objective.policy_loss import POLICY_LOSSES
+from sagerl.objective.registry import BINARY_ADVANTAGES
 from sagerl.objective.schedules import SCHEDULES
 
 # TRL loss types the adapter reproduces, and the aggregation each one means.
@@ -102,7 +106,8 @@ class SAGEConfig(GRPOConfig):
         default=None,
         metadata={
             "help": f"Advantages: one of {ADVANTAGES}. None: TRL's choice from `scale_rewards` "
-            "('group'/'batch' -> grpo, 'none' -> dr_grpo)."
+            "('group'/'batch' -> grpo, 'none' -> dr_grpo). passk/pkpo read passk_k, w_reinforce "
+            "w_reinforce_lambda, unlikely unlikeliness_beta."
         },
     )
     loss_agg_mode: str | None = field(
@@ -113,6 +118,55 @@ class SAGEConfig(GRPOConfig):
     )
     dynamic_sampling: bool = field(
         default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards are all equal."}
+    )
+    max_num_gen_batches: int = field(
+        default=1,
+        metadata={
+            "help": "DAPO dynamic sampling: generation rounds per step. 1 only drops equal-reward groups; N > 1 "
+            "samples more prompts, up to N rounds, until the step has its number of groups whose rewards differ "
+            "(verl's algorithm.filter_groups.max_num_gen_batches); 0: no limit."
+        },
+    )
+    passk_k: int = field(
+        default=4, metadata={"help": "k of the passk and pkpo advantages (1 <= k <= num_generations)."}
+    )
+    pkpo_baseline: str = field(
+        default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
+    )
+    w_reinforce_lambda: float = field(
+        default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
+    )
+    unlikeliness_beta: float = field(
+        default=0.25, metadata={"help": "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25)."}
+    )
+    policy_loss: str = field(
+        default="clip",
+        metadata={"help": f"The policy term: one of {POLICY_LOSSES} (Clip-Cov and KL-Cov, Cui et al. 2025)."},
+    )
+    clip_cov_ratio: float = field(
+        default=CLIP_COV_DEFAULTS["clip_cov_ratio"],
+        metadata={"help": "Clip-Cov: share in (0, 1) of tokens detached (authors and verl: 2e-4)."},
+    )
+    clip_cov_lb: float = field(
+        default=CLIP_COV_DEFAULTS["clip_cov_lb"], metadata={"help": "Clip-Cov: lower covariance bound."}
+    )
+    clip_cov_ub: float = field(
+        default=CLIP_COV_DEFAULTS["clip_cov_ub"], metadata={"help": "Clip-Cov: upper covariance bound."}
+    )
+    kl_cov_ratio: float = field(
+        default=KL_COV_DEFAULTS["kl_cov_ratio"],
+        metadata={"help": "KL-Cov: share in (0, 1) of tokens penalised (authors 2e-3, verl's default 2e-4)."},
+    )
+    kl_cov_coef: float = field(
+        default=KL_COV_DEFAULTS["kl_cov_coef"],
+        metadata={"help": "KL-Cov: coefficient of |log π − log π_old| (authors 1, verl's default 0.1)."},
+    )
+    entropy_adv_alpha: float = field(
+        default=0.0,
+        metadata={"help": "Entropy advantage A + min(α·H, |A|/κ): α (0: off; the paper's 0.4)."},
+    )
+    entropy_adv_kappa: float = field(
+        default=2.0, metadata={"help": "Entropy advantage: κ > 1 (the paper's 2)."}
     )
     overlong_buffer_len: float = field(
         default=0.0,
@@ -136,6 +190,8 @@ class SAGEConfig(GRPOConfig):
             "divergence": DIVERGENCES,
             "kl_estimator": KL_ESTIMATORS,
             "kl_placement": KL_PLACEMENTS,
+            "policy_loss": POLICY_LOSSES,
+            "pkpo_baseline": PKPO_BASELINES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -178,6 +234,7 @@ class SAGEConfig(GRPOConfig):
                 f"overlong_buffer_len={self.overlong_buffer_len} must be a fraction in (0, 1) or a token count "
                 f"in [1, max_completion_length={self.max_completion_length}]"
             )
+        self._check_exploration_methods()
         unsupported = {
             "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
             "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "1.0"),
@@ -196,6 +253,86 @@ class SAGEConfig(GRPOConfig):
                 raise ConfigError(
                     f"{name}={getattr(self, name)!r} is not supported by SAGETrainer (supported: {supported})"
                 )
+
+    def _check_exploration_methods(self) -> None:
+        """The pass@k-preserving methods' settings (one line each, naming the key and the allowed range)."""
+        estimator = self.resolved_advantage_estimator
+        group = self.num_generations
+        if estimator in ("passk", "pkpo") and not (
+            isinstance(self.passk_k, int)
+            and not isinstance(self.passk_k, bool)
+            and 1 <= self.passk_k <= group
+        ):
+            raise ConfigError(f"passk_k={self.passk_k!r} must be an integer in 1..num_generations={group}")
+        if estimator == "pkpo" and self.pkpo_baseline == "loo" and self.passk_k > group - 1:
+            raise ConfigError(
+                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1} (got {self.passk_k})"
+            )
+        if not self.w_reinforce_lambda > 0:
+            raise ConfigError(f"w_reinforce_lambda={self.w_reinforce_lambda} must be > 0")
+        if not 0.0 <= self.unlikeliness_beta <= 1.0:
+            raise ConfigError(f"unlikeliness_beta={self.unlikeliness_beta} must be in [0, 1]")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be in (0, 1) (a share of the tokens)")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ConfigError(f"clip_cov_lb={self.clip_cov_lb} must be below clip_cov_ub={self.clip_cov_ub}")
+        if self.kl_cov_coef < 0:
+            raise ConfigError(f"kl_cov_coef={self.kl_cov_coef} must be >= 0")
+        if self.entropy_adv_alpha < 0:
+            raise ConfigError(f"entropy_adv_alpha={self.entropy_adv_alpha} must be >= 0 (0: off)")
+        if not self.entropy_adv_kappa > 1:
+            raise ConfigError(
+                f"entropy_adv_kappa={self.entropy_adv_kappa} must be > 1 (so the bonus never flips A's sign)"
+            )
+        if self.policy_loss != "clip" and self.delta is not None:
+            raise ConfigError(f"policy_loss={self.policy_loss!r} has no two-sided clip: leave delta unset")
+        if self.policy_loss == "kl_cov" and self.is_on_policy:
+            raise ConfigError(
+                "policy_loss='kl_cov' does nothing when training is strictly on-policy (one optimizer step per "
+                "rollout batch): its penalty |log π − log π_old| and its gradient are 0, leaving the plain policy "
+                "gradient. Reuse each rollout batch, e.g. steps_per_generation=2 (or num_iterations=2)"
+            )
+        if estimator in BINARY_ADVANTAGES and self.resolved_overlong_buffer_len > 0:
+            raise ConfigError(
+                f"advantage_estimator={estimator!r} needs binary rewards; overlong shaping makes them negative"
+            )
+        if isinstance(self.max_num_gen_batches, bool) or self.max_num_gen_batches < 0:
+            raise ConfigError(f"max_num_gen_batches={self.max_num_gen_batches!r} must be >= 0 (0: no limit)")
+        if self.max_num_gen_batches != 1 and not self.dynamic_sampling:
+            raise ConfigError(
+                "max_num_gen_batches refills DAPO's dynamic sampling: set dynamic_sampling=True"
+            )
+
+    @property
+    def advantage_params(self) -> dict:
+        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set."""
+        return {
+            "k": self.passk_k,
+            "baseline": self.pkpo_baseline,
+            "lam": self.w_reinforce_lambda,
+            "beta_rank": self.unlikeliness_beta,
+        }
+
+    @property
+    def policy_loss_params(self) -> dict:
+        """The keyword parameters of the policy term ``policy_loss`` (:func:`sagerl.objective.policy_loss`)."""
+        if self.policy_loss == "clip_cov":
+            return {
+                "clip_cov_ratio": self.clip_cov_ratio,
+                "clip_cov_lb": self.clip_cov_lb,
+                "clip_cov_ub": self.clip_cov_ub,
+            }
+        if self.policy_loss == "kl_cov":
+            return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.kl_cov_coef}
+        return {}
+
+    @property
+    def is_on_policy(self) -> bool:
+        """Whether every optimizer step trains on rollouts of the policy it starts from (TRL then computes no
+        π_old): ``gradient_accumulation_steps`` is a multiple of ``steps_per_generation × num_iterations``."""
+        generate_every = (self.steps_per_generation or self.gradient_accumulation_steps) * self.num_iterations
+        return self.gradient_accumulation_steps % generate_every == 0
 
     @property
     def guide_params(self) -> GuideParams:

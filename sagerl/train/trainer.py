@@ -42,6 +42,7 @@ from sagerl.objective import (
     shaped_kl,
 )
 from sagerl.train.config import SAGEConfig
+from sagerl.train.refill import choose_groups, groups_with_spread, merge_rollouts
 
 
 def _draws_noise(guide: str, params: GuideParams) -> bool:
@@ -204,25 +205,109 @@ class SAGETrainer(GRPOTrainer):
             **kwargs,
         )
 
-    def _generate_and_score_completions(self, inputs):
+    def _rollout(self, inputs) -> dict:
+        """One round of TRL's rollout, with this process's rewards per function (``sage_rewards_per_func``,
+        (B, F)) and, when the guide reads the reference, the reference entropies (``ref_entropies``)."""
         self._ref_entropies = None
         output = super()._generate_and_score_completions(inputs)
+        local = output["completion_ids"].shape[0]
+        start = self.accelerator.process_index * local
+        output["sage_rewards_per_func"] = self._gathered_rewards_per_func[start : start + local]
+        if self._wants_ref_entropy and self._ref_entropies is not None:
+            output["ref_entropies"] = self._ref_entropies
+        return output
+
+    def _refill(self, inputs, output: dict, group_size: int) -> tuple[dict, int]:
+        """DAPO's refill (:mod:`sagerl.train.refill`): more rounds of prompts until every process has one rollout
+        batch of groups whose rewards differ, or ``max_num_gen_batches`` rounds. Returns (merged output, rounds).
+
+        Raises:
+            ConfigError: a process's rollout batch is not a whole number of groups.
+        """
+        local = output["completion_ids"].shape[0]
+        if local % group_size:
+            raise ConfigError(
+                f"max_num_gen_batches refills whole groups: each process's rollout batch "
+                f"(per_device_train_batch_size x steps_per_generation = {local}) must be a multiple of "
+                f"num_generations={group_size}"
+            )
+        needed = local // group_size
+        weights = self.reward_weights.to(output["sage_rewards_per_func"].device)
+        outputs, flags = [], []
+        limit = self.args.max_num_gen_batches
+        while True:
+            rewards = (output["sage_rewards_per_func"] * weights.unsqueeze(0)).nansum(dim=1)
+            rewards[torch.isnan(output["sage_rewards_per_func"]).all(dim=1)] = float("nan")
+            outputs.append(output)
+            flags.append(groups_with_spread(rewards, group_size))
+            have = torch.tensor(float(sum(sum(f) for f in flags)), device=rewards.device)
+            short = self.accelerator.reduce(torch.clamp(needed - have, min=0.0), reduction="sum").item()
+            if short == 0 or (limit and len(outputs) >= limit):
+                break
+            output = self._rollout(self._refill_prompts(inputs, len(outputs), needed, group_size))
+        chosen, _ = choose_groups(flags, needed)
+        try:
+            merged = merge_rollouts(outputs, chosen, group_size, self._tokenizer.pad_token_id)
+        except ValueError as exc:
+            raise ConfigError(f"max_num_gen_batches: {exc}") from exc
+        return merged, len(outputs)
+
+    def _refill_prompts(self, inputs, round_index: int, groups: int, group_size: int) -> list[dict]:
+        """The rows of ``groups`` prompts of the training set, each repeated ``group_size`` times, drawn by a
+        generator seeded with (seed, optimizer step, round, process): resumable and the same on every run."""
+        seed = sample_seed(
+            self.args.seed, "refill", self.state.global_step, round_index, self.accelerator.process_index
+        )
+        generator = torch.Generator().manual_seed(seed)
+        order = torch.randperm(len(self.train_dataset), generator=generator)
+        picks = [order[i % len(order)].item() for i in range(groups)]
+        return [self.train_dataset[i] for i in picks for _ in range(group_size)]
+
+    def _sequence_logps(self, output: dict, mode: str) -> torch.Tensor:
+        """(B,) mean log π_old per completion token of this process's rows, nats: TRL's π_old log-probs when it
+        computed them (off-policy steps, vLLM), else one no-grad forward pass of the policy (on-policy, π_old is
+        the policy). The unlikeliness reward ranks completions by it."""
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        logps = output.get("old_per_token_logps")
+        if logps is None:
+            input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            batch_size = (
+                self.args.per_device_train_batch_size
+                if mode == "train"
+                else self.args.per_device_eval_batch_size
+            )
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    input_ids,
+                    attention_mask,
+                    output["completion_ids"].size(1),
+                    batch_size=batch_size,
+                )
+        return (logps * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+    def _generate_and_score_completions(self, inputs):
+        output = self._rollout(inputs)
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        rounds = 1
+        if mode == "train" and self.args.dynamic_sampling and self.args.max_num_gen_batches != 1:
+            output, rounds = self._refill(inputs, output, group_size)
 
-        rewards_per_func = self._gathered_rewards_per_func
+        rewards_per_func = self.accelerator.gather(output.pop("sage_rewards_per_func"))
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")  # unscorable: advantage 0
 
+        estimator = self.args.resolved_advantage_estimator
+        params = dict(self.args.advantage_params, scale=self.scale_rewards)
+        if estimator == "unlikely":
+            params["sequence_logp"] = self.accelerator.gather(self._sequence_logps(output, mode))
         try:
-            advantages = compute_advantages(
-                self.args.resolved_advantage_estimator, rewards, group_size, scale=self.scale_rewards
-            )
+            advantages = compute_advantages(estimator, rewards, group_size, **params)
         except ValueError as exc:
-            raise ConfigError(
-                f"advantage_estimator={self.args.resolved_advantage_estimator!r}: {exc}"
-            ) from exc
+            raise ConfigError(f"advantage_estimator={estimator!r}: {exc}") from exc
         if self.args.dynamic_sampling:
             keep = dynamic_sampling_mask(rewards, group_size)
         else:
@@ -242,13 +327,13 @@ class SAGETrainer(GRPOTrainer):
             self.accelerator.gather(counts).view(-1, 2).sum(dim=0)
         )
         output["sage_rows"] = torch.arange(start, start + local, device=loss_mask.device)
-        if self._wants_ref_entropy and self._ref_entropies is not None:
-            output["ref_entropies"] = self._ref_entropies
         if self.teacher_model is not None:
             output["teacher_logps"] = self._teacher_logps(output, mode)
 
         metrics = self._metrics[mode]
         metrics["filtered_groups_share"].append(1.0 - keep.view(-1, group_size)[:, 0].float().mean().item())
+        if mode == "train" and self.args.dynamic_sampling:
+            metrics["dynamic_sampling/rounds"].append(float(rounds))
         if "correctness" in self.reward_func_names:
             correct = rewards_per_func[:, self.reward_func_names.index("correctness")]
             metrics["pass_rate"].append(torch.nanmean((correct >= 1.0).float()).item())
@@ -400,6 +485,11 @@ class SAGETrainer(GRPOTrainer):
             num_tokens=num_tokens,
             max_len=self.max_completion_length,
             importance_weights=importance,
+            policy_loss=self.args.policy_loss,
+            policy_loss_params=self.args.policy_loss_params,
+            entropy=entropies,
+            entropy_adv_alpha=self.args.entropy_adv_alpha,
+            entropy_adv_kappa=self.args.entropy_adv_kappa,
         )
         loss = out.loss / divisor
         if self.aux_loss_enabled:
@@ -433,6 +523,8 @@ class SAGETrainer(GRPOTrainer):
         m["clip_ratio/region_mean"].append(
             global_mean((surrogate.clipped_low | surrogate.clipped_high).float())
         )
+        if surrogate.covariance_masked is not None:
+            m["covariance/token_share"].append(global_mean(surrogate.covariance_masked.float()))
         if q is not None:
             m["q/mean"].append(global_mean(q))
             m["q/frac_above_1"].append(global_mean((q > 1.0).float()))

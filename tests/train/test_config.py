@@ -50,6 +50,28 @@ EXPECTED = {
     "bnpo+branch": ("branch", 0.05, "reverse", "bnpo", "seq-mean-token-mean", 0.2, False, 0),
     "dapo": ("none", 0.0, "reverse", "grpo", "token-mean", 0.28, True, 64),
     "dapo+branch": ("branch", 0.05, "reverse", "grpo", "token-mean", 0.28, True, 64),
+    # the exploration methods: the grpo preset with one change each (the method's own keys below)
+    "passk": ("none", 0.05, "reverse", "passk", "seq-mean-token-mean", 0.2, False, 0),
+    "pkpo": ("none", 0.05, "reverse", "pkpo", "seq-mean-token-mean", 0.2, False, 0),
+    "w-reinforce": ("none", 0.05, "reverse", "w_reinforce", "seq-mean-token-mean", 0.2, False, 0),
+    "psr": ("none", 0.05, "reverse", "psr", "seq-mean-token-mean", 0.2, False, 0),
+    "nsr": ("none", 0.05, "reverse", "nsr", "seq-mean-token-mean", 0.2, False, 0),
+    "unlikely": ("none", 0.05, "reverse", "unlikely", "seq-mean-token-mean", 0.2, False, 0),
+    "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "kl-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "entropy-adv": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+}
+METHOD_KEYS = {
+    # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
+    "passk": {"passk_k": 4},
+    "pkpo": {"passk_k": 4, "pkpo_baseline": "loo_minus_one"},
+    "w-reinforce": {"w_reinforce_lambda": 0.1},
+    "unlikely": {"unlikeliness_beta": 0.25},
+    "clip-cov": {"policy_loss": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    "kl-cov": {"policy_loss": "kl_cov", "kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0, "num_iterations": 2},
+    "entropy-adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
+    "dapo": {"max_num_gen_batches": 10},
+    "dapo+branch": {"max_num_gen_batches": 10},
 }
 
 
@@ -73,6 +95,7 @@ def test_presets_resolve_to_the_paper_rows(preset, tmp_path):
         args.resolved_overlong_buffer_len,
     )
     assert got == EXPECTED[preset]
+    assert {key: getattr(args, key) for key in METHOD_KEYS.get(preset, {})} == METHOD_KEYS.get(preset, {})
     # the authors' shared defaults
     assert (args.num_generations, args.temperature, args.epsilon) == (8, 1.0, 0.2)
     assert (args.gamma, args.tau, args.q_min, args.q_max) == (0.3, 1.2, 0.6, 1.4)
@@ -87,3 +110,23 @@ def test_overrides_are_parsed_and_typed(tmp_path):
         parse_overrides(["gama=0.5"])
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_overrides(["gamma"])
+
+
+@pytest.mark.parametrize(
+    "method", ["passk", "pkpo", "w-reinforce", "psr", "nsr", "unlikely", "clip-cov", "kl-cov", "entropy-adv"]
+)
+def test_every_method_composes_with_the_branch_guide(method, tmp_path):
+    args = build_trainer_config(resolve_config(f"{method}+branch", {"kl_placement": "reward"}), tmp_path)
+    plain = build_trainer_config(resolve_config(method, {}), tmp_path)
+    assert (args.guide, args.kl_placement, args.beta) == ("branch", "reward", 0.05)
+    assert args.resolved_advantage_estimator == plain.resolved_advantage_estimator
+    assert args.policy_loss == plain.policy_loss and args.entropy_adv_alpha == plain.entropy_adv_alpha
+
+
+def test_a_guide_needs_an_anchor_to_shape():
+    from sagerl.train.presets import load_preset
+
+    with pytest.raises(ConfigError, match="'bnpo' has no KL anchor"):
+        load_preset("bnpo+token")
+    with pytest.raises(ConfigError, match="or METHOD\\+GUIDE"):
+        load_preset("pkpo+teacher")

@@ -61,8 +61,9 @@ logger = logging.getLogger(__name__)
 
 
 def install() -> bool:
-    """Put SAGE's actor loss into verl, and BNPO's advantages as ``algorithm.adv_estimator=bnpo`` (idempotent;
-    verl's plugin loader runs it on ``import verl``).
+    """Put SAGE's actor loss into verl, and sagerl's advantage estimators as ``algorithm.adv_estimator=NAME``
+    (bnpo, passk, pkpo, w_reinforce, psr, nsr: :mod:`.advantages`; idempotent; verl's plugin loader runs it on
+    ``import verl``).
 
     Returns:
         True when installed. False, with verl left untouched and a one-line warning logged, when verl's version
@@ -76,14 +77,17 @@ def install() -> bool:
         return False
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
-    from sagerl.integrations.verl.advantages import compute_bnpo_outcome_advantage
+    from sagerl.integrations.verl.advantages import ESTIMATORS
     from sagerl.integrations.verl.worker import use_sage_worker
 
     use_sage_worker()
-    if "bnpo" not in ADV_ESTIMATOR_REGISTRY:
-        register_adv_est("bnpo")(compute_bnpo_outcome_advantage)
-    elif ADV_ESTIMATOR_REGISTRY["bnpo"] is not compute_bnpo_outcome_advantage:
-        logger.warning("sagerl: another plugin registered verl's 'bnpo' advantage estimator; keeping it")
+    for name, estimator in ESTIMATORS.items():
+        if name not in ADV_ESTIMATOR_REGISTRY:
+            register_adv_est(name)(estimator)
+        elif ADV_ESTIMATOR_REGISTRY[name] is not estimator:
+            logger.warning(
+                "sagerl: another plugin registered verl's %r advantage estimator; keeping it", name
+            )
     return True
 
 

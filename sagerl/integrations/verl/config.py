@@ -19,6 +19,7 @@ from sagerl.errors import ConfigError
 from sagerl.integrations.verl.version import check_verl_version
 from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, guide_inputs
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.policy_loss import POLICY_LOSSES
 
 try:
     from verl.workers.config import PolicyLossConfig
@@ -91,6 +92,16 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     advantages; the exact SAGE optimum, see :mod:`sagerl.objective.loss`)."""
     kl_log_ratio_clip: Optional[float] = 20.0  # noqa: UP045 (omegaconf reads the annotation)
     """Clamp of the log-ratio inside the divergence (None: off). verl's own k3 also clamps the value at 10."""
+    policy_term: str = "clip"
+    """The policy term under the anchor: "clip" (verl's clipped surrogate with its dual clip), "clip_cov" or
+    "kl_cov" (Cui et al. 2025, with verl's semantics and verl's own fields ``clip_cov_ratio``, ``clip_cov_lb``,
+    ``clip_cov_ub``, ``kl_cov_ratio``, ``ppo_kl_coef``; verl's defaults 2e-4, 1, 5, 2e-4, 0.1 — the authors
+    use 2e-3 and 1 for KL-Cov). KL-Cov's penalty is 0 when every mini-batch is on-policy."""
+    entropy_adv_alpha: float = 0.0
+    """The entropy advantage A + min(α·H_t, |A|/κ) (Cheng et al. 2025): α (0: off; the paper's 0.4). Reads the
+    policy's entropies (``calculate_entropy=True``)."""
+    entropy_adv_kappa: float = 2.0
+    """The entropy advantage's κ > 1 (the paper's 2)."""
 
     def __post_init__(self) -> None:
         check_verl_version()
@@ -105,6 +116,7 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
             "token_normalization": TOKEN_NORMALIZATIONS,
             "random_kind": RANDOM_KINDS,
             "kl_placement": KL_PLACEMENTS,
+            "policy_term": POLICY_LOSSES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -121,6 +133,23 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
             raise ConfigError(
                 f"actor.policy_loss.kl_log_ratio_clip must be > 0 or null, got {self.kl_log_ratio_clip}"
             )
+        if self.policy_term == "clip_cov" and not (
+            0 < self.clip_cov_ratio < 1 and self.clip_cov_lb < self.clip_cov_ub
+        ):
+            raise ConfigError(
+                "actor.policy_loss: clip_cov needs 0 < clip_cov_ratio < 1 and clip_cov_lb < clip_cov_ub, got "
+                f"{self.clip_cov_ratio}, {self.clip_cov_lb}, {self.clip_cov_ub}"
+            )
+        if self.policy_term == "kl_cov" and not (0 < self.kl_cov_ratio < 1 and self.ppo_kl_coef >= 0):
+            raise ConfigError(
+                "actor.policy_loss: kl_cov needs 0 < kl_cov_ratio < 1 and ppo_kl_coef >= 0, got "
+                f"{self.kl_cov_ratio}, {self.ppo_kl_coef}"
+            )
+        if self.entropy_adv_alpha < 0 or not self.entropy_adv_kappa > 1:
+            raise ConfigError(
+                "actor.policy_loss: the entropy advantage needs entropy_adv_alpha >= 0 and entropy_adv_kappa > 1, "
+                f"got {self.entropy_adv_alpha}, {self.entropy_adv_kappa}"
+            )
         given = verl_guide_inputs(self.guide_entropy_source)
         missing = [name for name in guide_inputs(self.guide, self.guide_params) if name not in given]
         if missing:
@@ -136,6 +165,19 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     def guide_params(self) -> GuideParams:
         """The :class:`sagerl.objective.GuideParams` these fields say."""
         return GuideParams.from_config(self)
+
+    @property
+    def policy_loss_params(self) -> dict:
+        """The keyword parameters of the policy term (:func:`sagerl.objective.policy_loss`), from verl's fields."""
+        if self.policy_term == "clip_cov":
+            return {
+                "clip_cov_ratio": self.clip_cov_ratio,
+                "clip_cov_lb": self.clip_cov_lb,
+                "clip_cov_ub": self.clip_cov_ub,
+            }
+        if self.policy_term == "kl_cov":
+            return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.ppo_kl_coef}
+        return {}
 
 
 def is_sage(actor_config: Any) -> bool:
@@ -159,9 +201,10 @@ def check_actor_config(actor_config: Any) -> str:
     if not isinstance(settings, SAGEPolicyLossConfig):
         raise ConfigError(f"loss_mode=sage needs SAGE's settings in actor.policy_loss: add {OVERRIDE}")
     needs_entropy = "entropy" in guide_inputs(settings.guide, settings.guide_params)
-    if needs_entropy and not actor_config.calculate_entropy:
+    if (needs_entropy or settings.entropy_adv_alpha > 0) and not actor_config.calculate_entropy:
+        reader = f"SAGE's {settings.guide} guide" if needs_entropy else "the entropy advantage"
         raise ConfigError(
-            f"SAGE's {settings.guide} guide reads the policy's token entropies: set "
+            f"{reader} reads the policy's token entropies: set "
             "actor_rollout_ref.actor.calculate_entropy=True (they come from the same forward pass)"
         )
     beta = actor_config.kl_loss_coef if actor_config.use_kl_loss else 0.0

@@ -25,6 +25,7 @@ in the loss, shaped by q), ``kl/reference`` (plain k3 KL(π‖π_ref)), ``q/mean
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -35,6 +36,8 @@ from verl.workers.utils.padding import no_padding_2_padding
 from sagerl.errors import ConfigError
 from sagerl.integrations.verl.config import KL_LOSS_TYPES
 from sagerl.objective import compute_guide, sage_loss, shaped_kl
+
+logger = logging.getLogger(__name__)
 
 
 def sage_ppo_loss(
@@ -117,9 +120,18 @@ def sage_ppo_loss(
         kl_placement=settings.kl_placement,
         epsilon_low=config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio,
         epsilon_high=config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio,
-        delta=config.clip_ratio_c,
+        delta=config.clip_ratio_c
+        if settings.policy_term == "clip"
+        else None,  # verl's Clip-/KL-Cov: no dual clip
         importance_weights=batch.get("rollout_is_weights", None),
+        policy_loss=settings.policy_term,
+        policy_loss_params=settings.policy_loss_params,
+        entropy=entropy,
+        entropy_adv_alpha=settings.entropy_adv_alpha,
+        entropy_adv_kappa=settings.entropy_adv_kappa,
     )
+    if settings.policy_term == "kl_cov":
+        _warn_if_on_policy(logp.detach(), batch["old_log_probs"], mask)
 
     def aggregate(per_token: torch.Tensor, mode: str = config.loss_agg_mode) -> torch.Tensor:
         return agg_loss(loss_mat=per_token, loss_mask=mask, loss_agg_mode=mode, **info)
@@ -143,8 +155,29 @@ def sage_ppo_loss(
         metrics["kl_coef"] = beta
     if ref_logp is not None:
         metrics["kl/reference"] = token_mean(shaped_kl(logp.detach(), ref_logp, None, "k3"))
+    if surrogate.covariance_masked is not None:
+        metrics["covariance/token_share"] = token_mean(surrogate.covariance_masked)
     if q is not None:
         metrics["q/mean"] = token_mean(q)
         metrics["q/frac_above_1"] = token_mean(q > 1.0)
         metrics["q/frac_below_1"] = token_mean(q < 1.0)
     return loss, metrics
+
+
+_warned_on_policy = False
+
+
+def _warn_if_on_policy(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> None:
+    """Warn once when KL-Cov trains strictly on-policy (log π = log π_old at every token): its penalty and
+    its gradient are then 0, and the loss is the plain policy gradient. verl's actor cannot see the rollout
+    batch size at start-up, so the check is on the first batches' values."""
+    global _warned_on_policy
+    if _warned_on_policy or not mask.any():
+        return
+    if torch.equal(logp[mask], old_logp[mask]):
+        _warned_on_policy = True
+        logger.warning(
+            "sagerl: policy_term=kl_cov on an on-policy mini-batch (log π = log π_old): KL-Cov's penalty is 0 "
+            "there; use several mini-batches per rollout batch (ppo_mini_batch_size < train_batch_size) or "
+            "ppo_epochs > 1"
+        )

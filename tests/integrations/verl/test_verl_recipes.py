@@ -61,7 +61,8 @@ def test_recipe_composes(variant, size, model_dir, tmp_path):
     assert get_adv_estimator_fn(cfg.algorithm.adv_estimator)  # bnpo is the plugin's
     assert cfg.algorithm.adv_estimator == ("bnpo" if variant.startswith("bnpo") else "grpo")
     assert cfg.algorithm.filter_groups.enable is variant.startswith("dapo")
-    if variant.startswith("dapo"):
+    if variant.startswith("dapo"):  # DAPO as DAPO: verl's own refill, up to 10 generation rounds per step
+        assert cfg.algorithm.filter_groups.max_num_gen_batches == 10
         assert cfg.reward.reward_manager.name == "dapo"
         assert cfg.reward.reward_kwargs.overlong_buffer_cfg.len == 0.25 * cfg.data.max_response_length
     assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.actor_rollout_ref.rollout.temperature == 1.0

@@ -1,0 +1,94 @@
+"""Study files with settings (the same cells on several models) and a paired baseline; presets that changed
+under finished cells."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_study import BASE, _finish, study
+
+from sagerl.errors import ConfigError
+from sagerl.study import check_finished_cells, study_folder
+from sagerl.study.spec import parse_studies
+from sagerl.study.table import paired_differences, render_paired
+
+
+def test_settings_expand_into_one_study_each_with_its_folder(tmp_path):
+    data = {
+        **BASE,
+        "cells": [{"preset": "grpo"}, {"preset": "pkpo"}],
+        "paired": {"baseline": "grpo", "metrics": ["solved/planted_rare"]},
+        "settings": [
+            {"name": "rare2"},
+            {
+                "name": "rare10",
+                "model": "planted-reference-10",
+                "train": {"set": {"beta": 0.1}},
+                "seeds": [3],
+            },
+        ],
+    }
+    rare2, rare10 = parse_studies(data, "x.yaml")
+    assert (rare2.name, rare2.setting, rare2.model) == ("t-rare2", "rare2", "planted-reference")
+    assert (rare10.model, rare10.common) == ("planted-reference-10", {"learning_rate": 1e-3, "beta": 0.1})
+    assert [c.seed for c in rare10.cells] == [3, 3] and rare10.dataset == "planted_train"
+    assert rare2.paired == {"baseline": "grpo", "metrics": ["solved/planted_rare"]}
+    assert study_folder(rare10, tmp_path / "o") == tmp_path / "o" / "rare10"
+    assert study_folder(rare2, None).as_posix() == "runs/study-t/rare2"
+    assert [s.name for s in parse_studies({**BASE, "cells": [{"preset": "grpo"}]}, "x.yaml")] == ["t"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"settings": [{"model": "planted-reference"}]}, r"settings\[0\]: needs a name"),
+        ({"settings": [{"name": "a"}, {"name": "a"}]}, "used twice"),
+        ({"settings": [{"name": "a", "cells": []}]}, "unknown key 'cells'"),
+        ({"settings": []}, "non-empty list"),
+        ({"paired": {"baseline": "nope"}}, "paired.baseline 'nope' is not a cell"),
+        ({"paired": {"baseline": "grpo", "metrics": []}}, "paired.metrics must be a non-empty list"),
+    ],
+)
+def test_bad_settings_and_paired(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_studies({**BASE, "cells": [{"preset": "grpo"}], **changes}, "x.yaml")
+
+
+def test_paired_differences_are_per_seed_with_a_t_interval():
+    cells = {
+        "grpo": {"per_seed": {"0": {"m": 2.0}, "1": {"m": 4.0}, "2": {"m": 3.0}}, "summary": {}},
+        "x": {"per_seed": {"0": {"m": 5.0}, "1": {"m": 6.0}, "3": {"m": 9.0}}, "summary": {}},
+    }
+    out = paired_differences(cells, {"baseline": "grpo", "metrics": ["m"]})
+    row = out["cells"]["x"]["m"]
+    assert row["seeds"] == [0, 1] and row["values"] == [3.0, 2.0]  # seed 3 has no baseline run
+    half = 12.706 * math.sqrt(0.5) / math.sqrt(2)  # t(0.975, 1)·sd/√n
+    assert row["mean"] == 2.5 and row["ci"] == pytest.approx([2.5 - half, 2.5 + half])
+    assert out["cells"]["grpo"]["m"]["values"] == [0.0, 0.0, 0.0]
+    data = {"cells": cells, "paired": out, "reference": None}
+    for entry in cells.values():
+        entry["summary"] = {"m": {"mean": 1.0, "ci": [0.5, 1.5]}}
+    table = render_paired(data).splitlines()
+    assert table[0] == "| cell | seeds | m | Δ vs grpo |"
+    assert table[2].startswith("| grpo | 3 | 1.0 [0.5, 1.5] | — |")
+    assert table[3].startswith("| x | 3 | 1.0 [0.5, 1.5] | 2.5 [")
+
+
+def test_a_preset_changed_under_a_finished_cell_is_refused(tmp_path, monkeypatch):
+    from sagerl.study import runner
+
+    s = study(cells=[{"preset": "dapo"}], seeds=[0])
+    out = tmp_path / "out"
+    (cell,) = s.cells
+    _finish(out, cell, {"preset": "dapo", "overrides": {}, "settings": runner._recorded_settings(s, cell)})
+    check_finished_cells(s, out)
+    recorded = json.loads((out / cell.folder / "cell.json").read_text())
+    recorded["settings"]["preset_keys"]["max_num_gen_batches"] = 1  # as the dapo preset was before refill
+    (out / cell.folder / "cell.json").write_text(json.dumps(recorded))
+    with pytest.raises(ConfigError, match=r"dapo seed 0: preset_keys.max_num_gen_batches \(1 -> 10\)"):
+        check_finished_cells(s, out)
+    del recorded["settings"]["preset_keys"]  # written before the preset's keys were recorded: not compared
+    (out / cell.folder / "cell.json").write_text(json.dumps(recorded))
+    check_finished_cells(s, out)
