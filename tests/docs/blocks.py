@@ -41,6 +41,7 @@ MODES = ("run", "parse", "gpu", "skip")
 SHELL = ("bash", "sh", "shell")
 MARKER = re.compile(r"^<!--\s*check:\s*(run|parse|gpu|skip)\b\s*:?\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
+REDIRECTION = re.compile(r"(?<!\S)\d*(?:>>|>|<)(?:&\d+|\s*[^\s;&|]+)")
 
 KNOWN_PROGRAMS = {
     # checked further below
@@ -69,6 +70,10 @@ KNOWN_PROGRAMS = {
     "ruff",
     "pytest",
     "tmux",
+    "head",
+    "tail",
+    "grep",
+    "wc",
 }
 EXTERNAL_MODULES = {"verl.trainer.main_ppo", "pytest", "pip", "venv", "mkdocs"}
 
@@ -134,11 +139,12 @@ def all_blocks() -> list[Block]:
 
 # -- shell --------------------------------------------------------------------------------------------
 def shell_commands(text: str) -> list[list[str]]:
-    """The simple commands of a shell block: continuation lines joined, comments dropped, split at
-    ``&&``, ``||``, ``;`` and ``|``; leading ``VAR=value`` assignments removed."""
+    """The simple commands of a shell block: continuation lines joined, comments and redirections dropped,
+    split at ``&&``, ``||``, ``;`` and ``|``; leading ``VAR=value`` assignments removed."""
     joined = re.sub(r"\\\n", " ", text)
     commands = []
     for line in joined.splitlines():
+        line = REDIRECTION.sub("", line)  # > file, >> file, 2>&1, < file
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         lexer.commenters = "#"

@@ -36,9 +36,9 @@ def _build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
 def test_the_site_builds_in_strict_mode(tmp_path):
     result = _build(ROOT, tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
-    for page in ("index.html", "train/index.html", "api/objective/index.html", "planted/passk.png"):
+    for page in ("index.html", "train.html", "api/objective.html", "planted/passk.png"):
         assert (tmp_path / "site" / page).is_file(), page
-    api = (tmp_path / "site" / "api" / "objective" / "index.html").read_text(encoding="utf-8")
+    api = (tmp_path / "site" / "api" / "objective.html").read_text(encoding="utf-8")
     assert "sage_loss" in api and "branch_guide" in api and ":func:`" not in api  # docstrings rendered
 
 
