@@ -32,7 +32,7 @@ is spread over many tokens, as a language model's branching point is; after the 
 the end mark (``.``, ``!``, ``;`` or ``:``, equally often, :data:`END_MARKS`) is a second, genuinely
 uncertain choice (ln 4 nats), so rare-strategy trajectories pass through more high-entropy states than
 dominant ones, whose end mark is always ``.``. That is what lets the benchmark
-tell the branch guide with k3 in the loss (a per-state β·q, see the README) apart from the branch guide
+tell the branch guide with k3 in the loss (a per-state β·q, see docs/objective.md) apart from the branch guide
 with the KL in the reward (trajectory weight Π_t q(s_t)·π_ref).
 
 Everything is exact: :func:`read_strategy` reads the strategy from the marker word (no heuristics),
