@@ -3,7 +3,9 @@
 1. pass@k of the embedded SmolLM2-135M-Instruct on held-out arithmetic (``arith``), n samples per problem;
 2. ``grpo+branch`` training on the arithmetic training set (``arith_train``) for a few steps;
 3. pass@k of the trained model on the same held-out problems;
-4. a before/after table (``sagerl compare``) and an overlaid pass@k plot.
+4. a before/after table (``sagerl compare``) and an overlaid pass@k plot;
+5. on the planted-strategy task, GRPO against the best exploration method (2 seeds each): how many of the
+   problems only the rare strategy solves each still solves (:mod:`sagerl.demo_planted`, 2-3 minutes).
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. The sizes
 below are chosen to finish in under 15 minutes on 2 CPU cores; ``--steps``, ``--problems`` and ``-n``
@@ -78,7 +80,7 @@ def run_demo(
         n=n, limit=problems, max_new_tokens=max_new_tokens, temperature=1.0, seed=0, progress=progress
     )
 
-    console.print(f"[bold]1/3[/] pass@k before training: {problems} held-out problems x {n} samples")
+    console.print(f"[bold]1/4[/] pass@k before training: {problems} held-out problems x {n} samples")
     t = time.time()
     evaluate(None, ["arith"], out=out / "base", **eval_kwargs)
     timings["eval before"] = time.time() - t
@@ -86,14 +88,14 @@ def run_demo(
     overrides = train_overrides(steps, max_new_tokens, learning_rate, progress)
     prompts, rollouts = prompts_and_rollouts_per_step(overrides)
     console.print(
-        f"[bold]2/3[/] training {PRESET} for {steps} steps "
+        f"[bold]2/4[/] training {PRESET} for {steps} steps "
         f"({prompts} prompt{'s' if prompts != 1 else ''} x {rollouts} rollouts per step)"
     )
     t = time.time()
     model = train(PRESET, overrides, output_dir=out / "train")
     timings["training"] = time.time() - t
 
-    console.print("[bold]3/3[/] pass@k after training, same problems and seeds")
+    console.print("[bold]3/4[/] pass@k after training, same problems and seeds")
     t = time.time()
     evaluate(str(model), ["arith"], out=out / PRESET, **eval_kwargs)
     timings["eval after"] = time.time() - t
@@ -101,6 +103,15 @@ def run_demo(
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
     comparison = compare_runs([out / "base", out / PRESET], out=out / "passk_before_after.png", ks=ks)
     console.print(render_table(comparison))
+
+    from sagerl.demo_planted import BEST, run_planted_comparison
+
+    console.print(
+        f"[bold]4/4[/] planted-strategy task: grpo against {BEST}, 2 seeds each (the rare support each keeps)"
+    )
+    t = time.time()
+    run_planted_comparison(out / "planted", log=console.print)
+    timings["planted comparison"] = time.time() - t
     console.print(
         "times: "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())

@@ -53,8 +53,8 @@ def rare_support_lines(data: dict) -> list[str]:
     ref = data.get("reference") or {}
     total = 64
     lines = [
-        f"reference model: solves {ref.get('solved/planted_rare', float('nan')):.0f} of {total} rare problems "
-        f"(at 64 samples), common pass@1 {100 * ref.get('pass@1/planted_common', float('nan')):.1f}%",
+        f"reference model: {ref.get('solved/planted_rare', float('nan')):.0f} of {total} rare problems solved "
+        f"(64 samples), common pass@1 {100 * ref.get('pass@1/planted_common', float('nan')):.1f}%",
         f"{'method':14s} {'rare solved per seed':>22s} {'mean':>6s} {'common pass@1':>14s}",
     ]
     for name, entry in data["cells"].items():
