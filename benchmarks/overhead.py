@@ -35,8 +35,19 @@ VARIANTS = ("trl", "grpo", "sage")
 TARGETS = {"sage/grpo step time": 1.03, "sage/grpo peak RSS": 1.02, "grpo/trl step time": 1.05}
 
 
-def child(variant: str, model: str | None, steps: int, tokens: int, out: str) -> dict:
-    """Train ``steps`` steps of one variant in this process; return timings, RSS and forward counts."""
+def child(
+    variant: str,
+    model: str | None,
+    steps: int,
+    tokens: int,
+    out: str,
+    fields: dict | None = None,
+    common_overrides: dict | None = None,
+) -> dict:
+    """Train ``steps`` steps of one variant in this process; return timings, RSS and forward counts.
+
+    ``fields`` are the SAGEConfig fields of a variant outside :data:`VARIANTS` (benchmarks/exploration_overhead.py);
+    ``common_overrides`` change the shared config of every variant."""
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -70,10 +81,15 @@ def child(variant: str, model: str | None, steps: int, tokens: int, out: str) ->
         seed=0,
         disable_tqdm=True,
     )
+    common.update(common_overrides or {})
     if variant == "trl":
         trainer_cls, args = GRPOTrainer, GRPOConfig(**common)
     else:
-        guide = {"grpo": {"guide": "none"}, "sage": {"guide": "branch"}}[variant]
+        guide = (
+            fields
+            if fields is not None
+            else {"grpo": {"guide": "none"}, "sage": {"guide": "branch"}}[variant]
+        )
         trainer_cls, args = SAGETrainer, SAGEConfig(**common, **guide)
 
     step_times: list[float] = []

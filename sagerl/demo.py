@@ -3,7 +3,9 @@
 1. pass@k of the embedded SmolLM2-135M-Instruct on held-out arithmetic (``arith``), n samples per problem;
 2. ``grpo+branch`` training on the arithmetic training set (``arith_train``) for a few steps;
 3. pass@k of the trained model on the same held-out problems, then a before/after table (``sagerl
-   compare``) and an overlaid pass@k plot.
+   compare``) and an overlaid pass@k plot;
+4. on the planted-strategy task, GRPO against the best exploration method (2 seeds each): how many of the
+   problems only the rare strategy solves each still solves (:mod:`sagerl.demo_planted`, 2-3 minutes).
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. The sizes
 below are chosen to finish in under 15 minutes on 2 CPU cores; ``--steps``, ``--problems`` and ``-n``
@@ -165,6 +167,27 @@ def before_after_tables(demo: Demo) -> list:
     return [render_table(comparison)]
 
 
+def _planted(demo: Demo) -> dict:
+    from sagerl.demo_planted import run_planted_comparison
+
+    return run_planted_comparison(demo.settings.out / "planted", log=lambda line: None)
+
+
+def planted_tables(demo: Demo) -> list:
+    """The rare support each method of the planted stage keeps (:func:`sagerl.demo_planted.rare_support_lines`)."""
+    from rich.text import Text
+
+    from sagerl.demo_planted import rare_support_lines
+
+    return [Text("\n".join(rare_support_lines(demo.results["planted"])))]
+
+
+def _planted_heading(s: DemoSettings) -> str:
+    from sagerl.demo_planted import BEST, SEEDS
+
+    return f"planted task: grpo against {BEST}, {len(SEEDS)} seeds each (the rare support each keeps)"
+
+
 STAGES: list[Stage] = [
     Stage(
         "eval before",
@@ -178,6 +201,7 @@ STAGES: list[Stage] = [
         _eval_after,
         before_after_tables,
     ),
+    Stage("planted", _planted_heading, _planted, planted_tables),
 ]
 """The demo's stages, in order; each prints ``i/N heading``, runs, then prints its tables."""
 

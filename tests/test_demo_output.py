@@ -21,6 +21,16 @@ from sagerl import demo
 from sagerl.tables import Estimate, FittedTable, render_text
 
 RECORDED = Path(__file__).parent / "data" / "demo"
+PLANTED = {  # what the planted stage collects (sagerl.study.table.collect), the README's grid numbers
+    "reference": {"solved/planted_rare": 42.0, "pass@1/planted_common": 0.838},
+    "cells": {
+        name: {
+            "per_seed": {"0": {"solved/planted_rare": a}, "1": {"solved/planted_rare": b}},
+            "summary": {"solved/planted_rare": {"mean": (a + b) / 2}, "pass@1/planted_common": {"mean": 0.9}},
+        }
+        for name, a, b in (("grpo", 2.0, 0.0), ("nsr", 30.0, 25.0))
+    },
+}
 
 
 def _recorded_stages(out: Path) -> list[demo.Stage]:
@@ -36,6 +46,7 @@ def _recorded_stages(out: Path) -> list[demo.Stage]:
         demo.Stage("eval before", real["eval before"].heading, copy("base")),
         demo.Stage("training", lambda s: real["training"].heading(s), lambda d: out / "train" / "model"),
         demo.Stage("eval after", real["eval after"].heading, copy(demo.PRESET), real["eval after"].tables),
+        demo.Stage("planted", real["planted"].heading, lambda d: PLANTED, real["planted"].tables),
     ]
 
 
@@ -62,15 +73,18 @@ def test_the_demo_output_fits_80_columns(tmp_path):
         for cell in _cells_of(results):
             assert any(cell in line for line in lines), f"{cell!r} is not whole on one line:\n{text}"
     # one heading per stage, in order, then the table (one header row: no repeated pass@k headers)
-    headings = [line for line in lines if re.match(r"^\d/3 ", line)]
-    assert [h[:4] for h in headings] == ["1/3 ", "2/3 ", "3/3 "]
+    headings = [line for line in lines if re.match(r"^\d/4 ", line)]
+    assert [h[:4] for h in headings] == ["1/4 ", "2/4 ", "3/4 ", "4/4 "]
     assert "1 prompt x 8 rollouts per step" in headings[1]
-    header_rows = [line for line in lines if "pass@1" in line]
+    header_rows = [line for line in lines if "pass@1" in line and line.startswith("run ")]
     assert len(header_rows) == 1 and all(f"pass@{k}" in header_rows[0] for k in (1, 2, 4, 8))
     assert "on arith" in text and (tmp_path / "passk_before_after.png").is_file()
     # the CI of each run is on its own row, under the values: two lines per run
     row = next(i for i, line in enumerate(lines) if line.startswith("base "))
     assert lines[row + 1].lstrip().startswith("[") and lines[row + 2].startswith(demo.PRESET)
+    assert "reference model: 42 of 64 rare problems solved" in text and re.search(
+        r"^nsr\s+30, 25\s+27\.5", text, re.M
+    )
     for banned in ("it/s", "Loading weights", "Writing model shards", "{'loss'"):
         assert banned not in text
 

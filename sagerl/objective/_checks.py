@@ -55,3 +55,9 @@ def grouped(values: torch.Tensor, group_size: int, name: str = "rewards") -> tor
     if values.numel() % group_size != 0:
         raise ValueError(f"{name} has {values.numel()} entries, not a multiple of group_size={group_size}")
     return values.view(-1, group_size)
+
+
+def per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Detached (B, T) advantages from (B,), (B, 1) or (B, T) ones, broadcast to the shape of ``like``."""
+    adv = advantages.detach()
+    return (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(like)

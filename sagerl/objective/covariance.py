@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_same_shape, masked_zero
+from sagerl.objective._checks import as_bool_mask, check_same_shape, masked_zero, per_token
 from sagerl.objective.surrogate import SurrogateOutput, clipped_surrogate
 
 CLIP_COV_DEFAULTS = {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
@@ -51,8 +51,7 @@ def token_covariance(advantages: torch.Tensor, logp: torch.Tensor, mask: torch.T
         advantages: (B,), (B, 1) or (B, T). logp: (B, T) log π of the sampled tokens. mask: (B, T).
     """
     mask = as_bool_mask(mask, logp)
-    adv = advantages.detach()
-    adv = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(logp)
+    adv = per_token(advantages, logp)
     count = mask.sum().clamp(min=1)
     mean_adv = masked_zero(adv, mask).sum() / count
     lp = logp.detach()
@@ -97,8 +96,7 @@ def clip_cov_surrogate(
         raise ValueError("clip_cov has no dual clip: delta must be None")
     mask = as_bool_mask(mask, logp)
     base = clipped_surrogate(logp, old_logp, advantages, epsilon_low, epsilon_high)
-    adv = advantages.detach()
-    adv = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(logp)
+    adv = per_token(advantages, logp)
     # tokens PPO's clip already acts on: −A·clip(ρ) > −A·ρ (verl's clip_by_origin)
     ratio = base.ratio.detach()
     eps_high = epsilon_low if epsilon_high is None else epsilon_high
@@ -156,8 +154,7 @@ def kl_cov_surrogate(
         raise ValueError("kl_cov has no clip: delta must be None")
     check_same_shape(logp=logp, old_logp=old_logp)
     mask = as_bool_mask(mask, logp)
-    adv = advantages.detach()
-    adv = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(logp)
+    adv = per_token(advantages, logp)
     log_ratio = (logp - old_logp.detach()).clamp(-log_ratio_clip, log_ratio_clip)
     ratio = torch.exp(log_ratio)
     loss = -adv * ratio

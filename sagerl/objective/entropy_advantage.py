@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, masked_zero
+from sagerl.objective._checks import as_bool_mask, masked_zero, per_token
 
 
 def check_entropy_advantage(alpha: float, kappa: float) -> None:
@@ -44,8 +44,7 @@ def entropy_advantage(
     """
     check_entropy_advantage(alpha, kappa)
     mask = as_bool_mask(mask, entropy)
-    adv = advantages.detach()
-    adv = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(entropy)
+    adv = per_token(advantages, entropy)
     h = torch.nan_to_num(entropy.detach().to(adv.dtype), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0.0)
     bonus = torch.minimum(alpha * h, adv.abs() / kappa)
     return adv + masked_zero(bonus, mask)

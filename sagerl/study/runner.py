@@ -211,7 +211,8 @@ def run_study(
     progress: bool = False,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Run every unfinished cell of ``study`` (reference first), then write the aggregate table.
+    """Run every unfinished cell of ``study`` (reference first) into ``out`` (default :func:`study_folder`),
+    then write the aggregate table.
 
     Returns:
         the study folder.
@@ -222,7 +223,7 @@ def run_study(
     """
     from sagerl.study.table import write_study_table
 
-    out = study_folder(study, out)
+    out = Path(out) if out is not None else study_folder(study, None)
     check_finished_cells(study, out)
     out.mkdir(parents=True, exist_ok=True)
     if not progress:

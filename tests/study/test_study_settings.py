@@ -92,3 +92,24 @@ def test_a_preset_changed_under_a_finished_cell_is_refused(tmp_path, monkeypatch
     del recorded["settings"]["preset_keys"]  # written before the preset's keys were recorded: not compared
     (out / cell.folder / "cell.json").write_text(json.dumps(recorded))
     check_finished_cells(s, out)
+
+
+def test_cli_runs_each_setting_into_its_folder(tmp_path, capsys):
+    import yaml
+
+    from sagerl.cli import main
+
+    spec = {**BASE, "seeds": [0], "train": {**BASE["train"], "steps": 1}, "cells": [{"preset": "grpo"}],
+            "settings": [{"name": "a"}, {"name": "b", "eval": {"n": 1}}]}  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    main(["study", str(path), "--out", str(out), "--dry-run"])
+    printed = capsys.readouterr().out
+    assert f"--output-dir {out}/a/cells/grpo/seed-0/train" in printed
+    assert f"--out {out}/b/reference" in printed and "-n 1 " in printed
+    assert f"--out {out} --aggregate-only" in printed
+    main(["study", str(path), "--out", str(out)])
+    assert (out / "a" / "table.md").is_file() and (out / "b" / "table.md").is_file()
+    assert not (out / "a" / "a").exists()
+    assert "sagerl study: 2 settings, 2 cells" in capsys.readouterr().out

@@ -10,9 +10,9 @@ Registered through verl's public ``register_adv_est`` when the plugin loads:
 verl hands an estimator the token-level rewards (B, T), the response mask (B, T), the prompt ids (``index``,
 one per row; the rows of a group need not be contiguous) and the ``algorithm`` config; the advantage is
 :func:`sagerl.objective.compute_advantages` of each row's summed reward, broadcast over its response tokens
-(returns = advantages, as verl's GRPO does). The unlikeliness reward (``unlikely``) is not registered: it ranks a
-group's completions by π_old's log-probs, which verl 0.9.1 does not pass to advantage estimators (its
-``compute_advantage`` hands them rewards, mask, uid and config only).
+(returns = advantages, as verl's GRPO does). The unlikeliness reward (``unlikely``) is registered only to refuse
+it with the reason: it ranks a group's completions by π_old's log-probs, which verl 0.9.1 does not pass to
+advantage estimators (its ``compute_advantage`` hands them rewards, mask, uid and config only).
 """
 
 from __future__ import annotations
@@ -81,6 +81,23 @@ def _estimator(name: str) -> Callable:
     return estimator
 
 
+def compute_unlikely_refusal(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+    """``algorithm.adv_estimator=unlikely``: refused with the reason (verl passes estimators no π_old).
+
+    Raises:
+        ConfigError: always. verl validates no ``algorithm`` section at start-up that a plugin could extend,
+            so this is raised at the first advantage computation, after the first rollout.
+    """
+    from sagerl.errors import ConfigError
+
+    raise ConfigError(
+        "algorithm.adv_estimator=unlikely is not available in verl: the unlikeliness reward ranks a group's "
+        "completions by π_old's log-probs, which verl 0.9.1 does not pass to advantage estimators; use the TRL "
+        "adapter (sagerl train --preset unlikely)"
+    )
+
+
 ESTIMATORS: dict[str, Callable] = {name: _estimator(name) for name in VERL_ESTIMATORS}
-"""The estimator functions the plugin registers, by name."""
+ESTIMATORS["unlikely"] = compute_unlikely_refusal
+"""The estimator functions the plugin registers, by name (``unlikely`` only to refuse it with the reason)."""
 compute_bnpo_outcome_advantage = ESTIMATORS["bnpo"]

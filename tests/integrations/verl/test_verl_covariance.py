@@ -179,3 +179,10 @@ def test_registered_estimators_group_rows_by_uid(name, algorithm, params):
     expected[1::2] = compute_advantages(name, b, 5, **params)
     torch.testing.assert_close(adv, expected.unsqueeze(1) * mask)
     assert torch.equal(adv, returns)
+
+
+def test_unlikely_is_refused_with_the_reason():
+    from sagerl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not pass to advantage estimators"):
+        get_adv_estimator_fn("unlikely")(torch.ones(2, 1), torch.ones(2, 1), np.array(["a", "a"]))
