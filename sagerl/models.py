@@ -145,9 +145,19 @@ def load_config(name_or_path: str | None):
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:
-        if not Path(path).expanduser().exists() and hub_offline():
+        if looks_like_hub_id(path) and hub_offline():
             raise ModelLoadError(offline_message(name_or_path)) from exc
         raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``name`` or ``org/name`` that is not a local path (no leading ``/``, ``.`` or ``~``, one ``/`` at
+    most, nothing there on disk): what the hub would be asked for."""
+    import re
+
+    if Path(name).expanduser().exists() or name.startswith(("/", ".", "~")):
+        return False
+    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None
 
 
 def hub_offline() -> bool:

@@ -34,6 +34,9 @@ def test_built_in_names_and_local_folders(offline, tmp_path, monkeypatch, tiny_m
     check_model(str(tiny_model))
     with pytest.raises(ModelLoadError, match="no config.json in"):
         check_model(str(tmp_path))
+    with pytest.raises(ModelLoadError, match="does not load") as error:  # a path is not a hub id
+        check_model(str(tmp_path / "nowhere"))
+    assert "HF_HUB_OFFLINE" not in str(error.value)
 
 
 def test_eval_and_study_refuse_it_before_writing_anything(offline, tmp_path, capsys):
