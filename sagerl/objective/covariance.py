@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from sagerl.objective._checks import as_bool_mask, check_same_shape, masked_zero, per_token
-from sagerl.objective.policy_loss import SurrogateOutput, clipped_surrogate
+from sagerl.objective.surrogate import SurrogateOutput, clipped_surrogate
 
 CLIP_COV_DEFAULTS = {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
 KL_COV_DEFAULTS = {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0}
