@@ -23,7 +23,7 @@ import torch
 from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
 from sagerl.objective.aggregation import aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
-from sagerl.objective.policy_loss import SurrogateOutput, clipped_surrogate
+from sagerl.objective.policy_loss import POLICY_LOSSES, SurrogateOutput, clipped_surrogate
 
 DIVERGENCES = ("reverse", "forward")
 KL_PLACEMENTS = ("loss", "reward")
@@ -74,6 +74,8 @@ def sage_loss(
     num_tokens: float | torch.Tensor | None = None,
     max_len: int | None = None,
     importance_weights: torch.Tensor | None = None,
+    policy_loss: str = "clip",
+    policy_loss_params: dict | None = None,
 ) -> LossOutput:
     """SAGE loss on one (micro-)batch.
 
@@ -94,7 +96,11 @@ def sage_loss(
         epsilon_low, epsilon_high, delta: clipping (see :func:`clipped_surrogate`).
         loss_agg_mode, num_tokens, max_len: aggregation (see :func:`aggregate_loss`).
         importance_weights: (B, T) or (B, 1) detached weights multiplying the surrogate term only (TRL's
-            vLLM importance-sampling correction).
+            vLLM importance-sampling correction; also TRL's entropy and off-policy masks).
+        policy_loss: the surrogate, a name in :data:`sagerl.objective.policy_loss.POLICY_LOSSES` (``"clip"``,
+            ``"gspo"``, ``"cispo"``, ``"sapo"``, ``"vespo"``); it changes the policy-gradient term only, the KL
+            anchor and the guide are the same for every choice.
+        policy_loss_params: extra keyword arguments of that surrogate (e.g. ``{"ratio_max": 5.0}`` for CISPO).
 
     Returns:
         :class:`LossOutput`.
@@ -143,7 +149,12 @@ def sage_loss(
             log_ratio = log_ratio.clamp(-kl_log_ratio_clip, kl_log_ratio_clip)
         adv = adv - beta * kl_to_go(log_ratio, mask)
 
-    surrogate = clipped_surrogate(logp, old_logp, adv, epsilon_low, epsilon_high, delta=delta)
+    if policy_loss == "clip" and not policy_loss_params:
+        surrogate = clipped_surrogate(logp, old_logp, adv, epsilon_low, epsilon_high, delta=delta)
+    else:
+        surrogate = _policy_surrogate(
+            policy_loss, policy_loss_params, logp, old_logp, adv, mask, epsilon_low, epsilon_high, delta
+        )
     per_token = surrogate.loss
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()
@@ -156,4 +167,20 @@ def sage_loss(
         surrogate=surrogate,
         kl=None if kl is None else kl.detach(),
         advantages=adv,
+    )
+
+
+def _policy_surrogate(name, params, logp, old_logp, adv, mask, epsilon_low, epsilon_high, delta):
+    """The surrogate ``POLICY_LOSSES[name]`` on one batch. Raises ValueError for an unknown name."""
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy_loss {name!r}; expected one of {tuple(POLICY_LOSSES)}")
+    return POLICY_LOSSES[name](
+        logp,
+        old_logp,
+        adv,
+        mask,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        delta=delta,
+        **(params or {}),
     )

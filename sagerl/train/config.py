@@ -23,6 +23,7 @@ from sagerl.objective import (
     GuideParams,
 )
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.policy_loss import POLICY_LOSSES
 from sagerl.objective.schedules import SCHEDULES
 
 # TRL loss types the adapter reproduces, and the aggregation each one means.
@@ -31,7 +32,14 @@ LOSS_TYPE_TO_AGG_MODE = {
     "dapo": "token-mean",
     "bnpo": "token-mean",  # TRL's "bnpo" is a token-mean over the micro-batch (not BNPO's advantages)
     "dr_grpo": "seq-mean-token-sum-norm",
+    "cispo": "token-mean",
+    "sapo": "seq-mean-token-mean",
+    "luspo": "seq-mean-token-sum",  # LUSPO: each sequence's loss scaled by its length
+    "vespo": "token-mean",
 }
+# TRL loss types that change the surrogate (sagerl.objective.policy_loss.POLICY_LOSSES); the others use the
+# clipped surrogate ("clip", or "gspo" with importance_sampling_level="sequence").
+LOSS_TYPE_TO_POLICY_LOSS = {"cispo": "cispo", "sapo": "sapo", "vespo": "vespo"}
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
 
 
@@ -124,6 +132,13 @@ class SAGEConfig(GRPOConfig):
     overlong_penalty_factor: float = field(
         default=1.0, metadata={"help": "DAPO overlong penalty at the budget."}
     )
+    policy_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Policy-gradient surrogate: one of {tuple(POLICY_LOSSES)}. None: the one TRL's `loss_type` "
+            "and `importance_sampling_level` mean (cispo/sapo/vespo, else clip, or gspo at the sequence level)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -178,24 +193,25 @@ class SAGEConfig(GRPOConfig):
                 f"overlong_buffer_len={self.overlong_buffer_len} must be a fraction in (0, 1) or a token count "
                 f"in [1, max_completion_length={self.max_completion_length}]"
             )
-        unsupported = {
-            "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
-            "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "1.0"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
-            "entropy_coef": (
-                bool(self.entropy_coef) or self.use_adaptive_entropy,
-                "0 (and use_adaptive_entropy False)",
-            ),
-            "multi_objective_aggregation": (
-                self.multi_objective_aggregation != "sum_then_normalize",
-                "'sum_then_normalize'",
-            ),
-        }
-        for name, (bad, supported) in unsupported.items():
-            if bad:
-                raise ConfigError(
-                    f"{name}={getattr(self, name)!r} is not supported by SAGETrainer (supported: {supported})"
-                )
+        self._check_trl_loss_options()
+
+    def _check_trl_loss_options(self) -> None:
+        """TRL's surrogate options compose with the SAGE anchor (they act on the policy term); refuse the
+        combinations that would not (one-line ConfigError with the reason)."""
+        if self.policy_loss is not None and self.policy_loss not in POLICY_LOSSES:
+            raise ConfigError(f"policy_loss={self.policy_loss!r} is not one of {', '.join(POLICY_LOSSES)}")
+        reward_kl = self.kl_placement == "reward" and self.beta != 0.0
+        if reward_kl and (self.top_entropy_quantile < 1.0 or self.off_policy_mask_threshold is not None):
+            name = "top_entropy_quantile" if self.top_entropy_quantile < 1.0 else "off_policy_mask_threshold"
+            raise ConfigError(
+                f"{name}={getattr(self, name)!r} is not supported with kl_placement='reward': the mask would "
+                "drop the KL that the advantages carry on the masked tokens (use kl_placement='loss')"
+            )
+        if self.multi_objective_aggregation == "normalize_then_sum" and self.advantage_estimator is not None:
+            raise ConfigError(
+                "multi_objective_aggregation='normalize_then_sum' defines the advantages itself (GDPO); "
+                f"leave advantage_estimator unset (got {self.advantage_estimator!r})"
+            )
 
     @property
     def guide_params(self) -> GuideParams:
@@ -214,6 +230,39 @@ class SAGEConfig(GRPOConfig):
     def resolved_loss_agg_mode(self) -> str:
         """``loss_agg_mode``, or the aggregation TRL's ``loss_type`` stands for."""
         return self.loss_agg_mode or LOSS_TYPE_TO_AGG_MODE[self.loss_type]
+
+    @property
+    def resolved_policy_loss(self) -> str:
+        """``policy_loss``, or the surrogate TRL's ``loss_type`` and ``importance_sampling_level`` stand for."""
+        if self.policy_loss is not None:
+            return self.policy_loss
+        if self.loss_type in LOSS_TYPE_TO_POLICY_LOSS:
+            return LOSS_TYPE_TO_POLICY_LOSS[self.loss_type]
+        return "gspo" if self.importance_sampling_level == "sequence" else "clip"
+
+    @property
+    def resolved_policy_loss_params(self) -> dict:
+        """Keyword arguments of the surrogate from TRL's fields (CISPO's ratio bound, SAPO's temperatures,
+        VESPO's Gamma parameters, the importance-sampling level of CISPO and SAPO)."""
+        name = self.resolved_policy_loss
+        level = {"importance_sampling_level": self.importance_sampling_level}
+        if name == "cispo":
+            epsilon_high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+            return {"ratio_max": epsilon_high, **level}
+        if name == "sapo":
+            return {
+                "temperature_pos": self.sapo_temperature_pos,
+                "temperature_neg": self.sapo_temperature_neg,
+                **level,
+            }
+        if name == "vespo":
+            return {
+                "k_pos": self.vespo_k_pos,
+                "lambda_pos": self.vespo_lambda_pos,
+                "k_neg": self.vespo_k_neg,
+                "lambda_neg": self.vespo_lambda_neg,
+            }
+        return {}
 
     @property
     def resolved_advantage_estimator(self) -> str:
