@@ -23,7 +23,13 @@ import torch
 from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
 from sagerl.objective.aggregation import aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
-from sagerl.objective.policy_loss import POLICY_LOSSES, SurrogateOutput, clipped_surrogate
+from sagerl.objective.policy_loss import (
+    IMPORTANCE_SAMPLING_LEVELS,
+    POLICY_LOSSES,
+    SurrogateOutput,
+    clipped_surrogate,
+    sequence_log_ratio,
+)
 
 DIVERGENCES = ("reverse", "forward")
 KL_PLACEMENTS = ("loss", "reward")
@@ -76,6 +82,7 @@ def sage_loss(
     importance_weights: torch.Tensor | None = None,
     policy_loss: str = "clip",
     policy_loss_params: dict | None = None,
+    kl_bias_correction_level: str = "token",
 ) -> LossOutput:
     """SAGE loss on one (micro-)batch.
 
@@ -101,6 +108,9 @@ def sage_loss(
             ``"gspo"``, ``"cispo"``, ``"sapo"``, ``"vespo"``); it changes the policy-gradient term only, the KL
             anchor and the guide are the same for every choice.
         policy_loss_params: extra keyword arguments of that surrogate (e.g. ``{"ratio_max": 5.0}`` for CISPO).
+        kl_bias_correction_level: with ``kl_bias_correction``, the ratio that weights the divergence:
+            ``"token"`` (ρ_t) or ``"sequence"`` (GSPO's s_i on every token of row i, as TRL does with
+            ``importance_sampling_level="sequence"``).
 
     Returns:
         :class:`LossOutput`.
@@ -134,8 +144,15 @@ def sage_loss(
                 log_q,
                 kl_estimator,
                 log_ratio_clip=kl_log_ratio_clip,
-                old_logp=old_logp if kl_bias_correction else None,
+                old_logp=old_logp if kl_bias_correction and kl_bias_correction_level == "token" else None,
             )
+            if kl_bias_correction and kl_bias_correction_level == "sequence":
+                kl = kl * torch.exp(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)))
+            elif kl_bias_correction_level not in IMPORTANCE_SAMPLING_LEVELS:
+                raise ValueError(
+                    f"unknown kl_bias_correction_level {kl_bias_correction_level!r}; "
+                    f"expected one of {IMPORTANCE_SAMPLING_LEVELS}"
+                )
         else:
             kl = forward_kl(logp, ref_logp, log_ratio_clip=kl_log_ratio_clip)
 

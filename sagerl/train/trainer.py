@@ -410,6 +410,7 @@ class SAGETrainer(GRPOTrainer):
             importance_weights=importance,
             policy_loss=policy_loss,
             policy_loss_params=policy_params,
+            kl_bias_correction_level=self.importance_sampling_level,
         )
         loss = out.loss / divisor
         if self._entropy_bonus_enabled:
