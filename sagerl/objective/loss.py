@@ -26,7 +26,7 @@ from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, m
 from sagerl.objective.aggregation import aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
 from sagerl.objective.entropy_advantage import entropy_advantage
-from sagerl.objective.policy_loss import SurrogateOutput
+from sagerl.objective.policy_loss import IMPORTANCE_SAMPLING_LEVELS, SurrogateOutput, sequence_log_ratio
 from sagerl.objective.policy_loss import policy_loss as compute_policy_loss
 
 DIVERGENCES = ("reverse", "forward")
@@ -80,6 +80,7 @@ def sage_loss(
     importance_weights: torch.Tensor | None = None,
     policy_loss: str = "clip",
     policy_loss_params: Mapping[str, Any] | None = None,
+    kl_bias_correction_level: str = "token",
     entropy: torch.Tensor | None = None,
     entropy_adv_alpha: float = 0.0,
     entropy_adv_kappa: float = 2.0,
@@ -103,11 +104,16 @@ def sage_loss(
         epsilon_low, epsilon_high, delta: clipping (see :func:`clipped_surrogate`).
         loss_agg_mode, num_tokens, max_len: aggregation (see :func:`aggregate_loss`).
         importance_weights: (B, T) or (B, 1) detached weights multiplying the surrogate term only (TRL's
-            vLLM importance-sampling correction).
-        policy_loss: the policy term, one of :data:`sagerl.objective.policy_loss.POLICY_LOSSES`: ``"clip"``
-            (the clipped surrogate), ``"clip_cov"`` or ``"kl_cov"`` (:mod:`sagerl.objective.covariance`);
-            ``policy_loss_params`` are its own keywords (ratios, bounds, coefficient, generator). The anchor
-            term and the guide do not depend on it.
+            vLLM importance-sampling correction; also TRL's entropy and off-policy masks).
+        policy_loss: the policy term, a name in :data:`sagerl.objective.policy_loss.POLICY_LOSSES`: ``"clip"``
+            (the clipped surrogate), ``"gspo"``, ``"cispo"``, ``"sapo"``, ``"vespo"`` (TRL's loss types,
+            :mod:`sagerl.objective.surrogate`), ``"clip_cov"`` or ``"kl_cov"`` (:mod:`sagerl.objective.covariance`);
+            it changes the policy-gradient term only, the KL anchor and the guide are the same for every choice.
+        policy_loss_params: extra keyword arguments of that term (e.g. ``{"ratio_max": 5.0}`` for CISPO,
+            ``{"kl_cov_ratio": 2e-3}`` for KL-Cov).
+        kl_bias_correction_level: with ``kl_bias_correction``, the ratio that weights the divergence:
+            ``"token"`` (ρ_t) or ``"sequence"`` (GSPO's s_i on every token of row i, as TRL does with
+            ``importance_sampling_level="sequence"``).
         entropy: (B, T) policy entropies (nats), read when ``entropy_adv_alpha`` > 0.
         entropy_adv_alpha, entropy_adv_kappa: the entropy advantage A + min(α·H_t, |A|/κ)
             (:mod:`sagerl.objective.entropy_advantage`), applied to the task advantage before the policy term
@@ -145,8 +151,15 @@ def sage_loss(
                 log_q,
                 kl_estimator,
                 log_ratio_clip=kl_log_ratio_clip,
-                old_logp=old_logp if kl_bias_correction else None,
+                old_logp=old_logp if kl_bias_correction and kl_bias_correction_level == "token" else None,
             )
+            if kl_bias_correction and kl_bias_correction_level == "sequence":
+                kl = kl * torch.exp(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)))
+            elif kl_bias_correction_level not in IMPORTANCE_SAMPLING_LEVELS:
+                raise ValueError(
+                    f"unknown kl_bias_correction_level {kl_bias_correction_level!r}; "
+                    f"expected one of {IMPORTANCE_SAMPLING_LEVELS}"
+                )
         else:
             kl = forward_kl(logp, ref_logp, log_ratio_clip=kl_log_ratio_clip)
 

@@ -1,36 +1,57 @@
-"""The policy term by name: the clipped surrogate (PPO / GRPO, :mod:`sagerl.objective.surrogate`) and its
-covariance variants (:mod:`sagerl.objective.covariance`)."""
+"""The policy term by name: the clipped surrogate and TRL's alternative loss types
+(:mod:`sagerl.objective.surrogate`: GSPO, CISPO, SAPO, VESPO), and the covariance variants
+(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov).
+
+Every entry of :data:`POLICY_LOSSES` has the signature ``fn(logp, old_logp, advantages, mask, *, epsilon_low,
+epsilon_high, delta, **params) -> SurrogateOutput`` with (B, T) tensors, and changes the policy-gradient term
+only: :func:`sagerl.objective.sage_loss` adds the (shaped) KL anchor on top, unchanged.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from sagerl.objective.surrogate import SurrogateOutput, clipped_surrogate
+from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate
+from sagerl.objective.surrogate import (
+    IMPORTANCE_SAMPLING_LEVELS,
+    SurrogateOutput,
+    cispo_surrogate,
+    clip_surrogate,
+    clipped_surrogate,
+    gspo_surrogate,
+    sapo_surrogate,
+    sequence_log_ratio,
+    vespo_surrogate,
+    vespo_weights,
+)
 
-__all__ = ["POLICY_LOSSES", "SurrogateOutput", "clipped_surrogate", "policy_loss"]
+__all__ = [
+    "IMPORTANCE_SAMPLING_LEVELS",
+    "POLICY_LOSSES",
+    "SurrogateOutput",
+    "cispo_surrogate",
+    "clip_surrogate",
+    "clipped_surrogate",
+    "gspo_surrogate",
+    "policy_loss",
+    "sapo_surrogate",
+    "sequence_log_ratio",
+    "vespo_surrogate",
+    "vespo_weights",
+]
 
-
-def _clip(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float | None = None,
-    delta: float | None = None,
-) -> SurrogateOutput:
-    return clipped_surrogate(logp, old_logp, advantages, epsilon_low, epsilon_high, delta=delta)
-
-
-def _registry() -> dict:
-    from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate
-
-    return {"clip": _clip, "clip_cov": clip_cov_surrogate, "kl_cov": kl_cov_surrogate}
-
-
-POLICY_LOSSES = ("clip", "clip_cov", "kl_cov")
-"""The policy-loss variants :func:`policy_loss` dispatches on (``sage_loss(policy_loss=...)``)."""
+POLICY_LOSSES: dict[str, Callable[..., SurrogateOutput]] = {
+    "clip": clip_surrogate,
+    "gspo": gspo_surrogate,
+    "cispo": cispo_surrogate,
+    "sapo": sapo_surrogate,
+    "vespo": vespo_surrogate,
+    "clip_cov": clip_cov_surrogate,
+    "kl_cov": kl_cov_surrogate,
+}
+"""name -> policy term (see the module docstring; ``sage_loss(policy_loss=...)``)."""
 
 
 def policy_loss(
@@ -45,20 +66,16 @@ def policy_loss(
     delta: float | None = None,
     **params,
 ) -> SurrogateOutput:
-    """The per-token policy term of variant ``name``: ``"clip"`` (:func:`clipped_surrogate`), ``"clip_cov"``
-    or ``"kl_cov"`` (:mod:`sagerl.objective.covariance`); ``params`` are the variant's own keywords.
-
-    Every variant has the signature ``fn(logp, old_logp, advantages, mask, *, epsilon_low, epsilon_high,
-    delta, **params) -> SurrogateOutput`` with (B, T) tensors.
+    """The per-token policy term of variant ``name`` (:data:`POLICY_LOSSES`); ``params`` are the variant's
+    own keywords (CISPO's ``ratio_max``, Clip-Cov's ``clip_cov_ratio``, ...).
 
     Raises:
         ValueError: unknown name or parameters, and whatever the variant raises.
     """
-    table = _registry()
-    if name not in table:
-        raise ValueError(f"unknown policy_loss {name!r}; expected one of {POLICY_LOSSES}")
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy_loss {name!r}; expected one of {tuple(POLICY_LOSSES)}")
     try:
-        return table[name](
+        return POLICY_LOSSES[name](
             logp,
             old_logp,
             advantages,

@@ -35,7 +35,14 @@ LOSS_TYPE_TO_AGG_MODE = {
     "dapo": "token-mean",
     "bnpo": "token-mean",  # TRL's "bnpo" is a token-mean over the micro-batch (not BNPO's advantages)
     "dr_grpo": "seq-mean-token-sum-norm",
+    "cispo": "token-mean",
+    "sapo": "seq-mean-token-mean",
+    "luspo": "seq-mean-token-sum",  # LUSPO: each sequence's loss scaled by its length
+    "vespo": "token-mean",
 }
+# TRL loss types that change the surrogate (sagerl.objective.policy_loss.POLICY_LOSSES); the others use the
+# clipped surrogate ("clip", or "gspo" with importance_sampling_level="sequence").
+LOSS_TYPE_TO_POLICY_LOSS = {"cispo": "cispo", "sapo": "sapo", "vespo": "vespo"}
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
 
 
@@ -139,10 +146,6 @@ class SAGEConfig(GRPOConfig):
     unlikeliness_beta: float = field(
         default=0.25, metadata={"help": "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25)."}
     )
-    policy_loss: str = field(
-        default="clip",
-        metadata={"help": f"The policy term: one of {POLICY_LOSSES} (Clip-Cov and KL-Cov, Cui et al. 2025)."},
-    )
     clip_cov_ratio: float = field(
         default=CLIP_COV_DEFAULTS["clip_cov_ratio"],
         metadata={"help": "Clip-Cov: share in (0, 1) of tokens detached (authors and verl: 2e-4)."},
@@ -178,6 +181,14 @@ class SAGEConfig(GRPOConfig):
     overlong_penalty_factor: float = field(
         default=1.0, metadata={"help": "DAPO overlong penalty at the budget."}
     )
+    policy_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": f"The policy term: one of {tuple(POLICY_LOSSES)} (TRL's loss types, and Clip-Cov/KL-Cov, Cui "
+            "et al. 2025). None: the one TRL's `loss_type` and `importance_sampling_level` mean (cispo/sapo/vespo, "
+            "else clip, or gspo at the sequence level)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -190,7 +201,6 @@ class SAGEConfig(GRPOConfig):
             "divergence": DIVERGENCES,
             "kl_estimator": KL_ESTIMATORS,
             "kl_placement": KL_PLACEMENTS,
-            "policy_loss": POLICY_LOSSES,
             "pkpo_baseline": PKPO_BASELINES,
         }
         for name, allowed in choices.items():
@@ -234,25 +244,26 @@ class SAGEConfig(GRPOConfig):
                 f"overlong_buffer_len={self.overlong_buffer_len} must be a fraction in (0, 1) or a token count "
                 f"in [1, max_completion_length={self.max_completion_length}]"
             )
+        self._check_trl_loss_options()
         self._check_exploration_methods()
-        unsupported = {
-            "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
-            "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "1.0"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
-            "entropy_coef": (
-                bool(self.entropy_coef) or self.use_adaptive_entropy,
-                "0 (and use_adaptive_entropy False)",
-            ),
-            "multi_objective_aggregation": (
-                self.multi_objective_aggregation != "sum_then_normalize",
-                "'sum_then_normalize'",
-            ),
-        }
-        for name, (bad, supported) in unsupported.items():
-            if bad:
-                raise ConfigError(
-                    f"{name}={getattr(self, name)!r} is not supported by SAGETrainer (supported: {supported})"
-                )
+
+    def _check_trl_loss_options(self) -> None:
+        """TRL's surrogate options compose with the SAGE anchor (they act on the policy term); refuse the
+        combinations that would not (one-line ConfigError with the reason)."""
+        if self.policy_loss is not None and self.policy_loss not in POLICY_LOSSES:
+            raise ConfigError(f"policy_loss={self.policy_loss!r} is not one of {', '.join(POLICY_LOSSES)}")
+        reward_kl = self.kl_placement == "reward" and self.beta != 0.0
+        if reward_kl and (self.top_entropy_quantile < 1.0 or self.off_policy_mask_threshold is not None):
+            name = "top_entropy_quantile" if self.top_entropy_quantile < 1.0 else "off_policy_mask_threshold"
+            raise ConfigError(
+                f"{name}={getattr(self, name)!r} is not supported with kl_placement='reward': the mask would "
+                "drop the KL that the advantages carry on the masked tokens (use kl_placement='loss')"
+            )
+        if self.multi_objective_aggregation == "normalize_then_sum" and self.advantage_estimator is not None:
+            raise ConfigError(
+                "multi_objective_aggregation='normalize_then_sum' defines the advantages itself (GDPO); "
+                f"leave advantage_estimator unset (got {self.advantage_estimator!r})"
+            )
 
     def _check_exploration_methods(self) -> None:
         """The pass@k-preserving methods' settings (one line each, naming the key and the allowed range)."""
@@ -285,9 +296,9 @@ class SAGEConfig(GRPOConfig):
             raise ConfigError(
                 f"entropy_adv_kappa={self.entropy_adv_kappa} must be > 1 (so the bonus never flips A's sign)"
             )
-        if self.policy_loss != "clip" and self.delta is not None:
+        if self.resolved_policy_loss in ("clip_cov", "kl_cov") and self.delta is not None:
             raise ConfigError(f"policy_loss={self.policy_loss!r} has no two-sided clip: leave delta unset")
-        if self.policy_loss == "kl_cov" and self.is_on_policy:
+        if self.resolved_policy_loss == "kl_cov" and self.is_on_policy:
             raise ConfigError(
                 "policy_loss='kl_cov' does nothing when training is strictly on-policy (one optimizer step per "
                 "rollout batch): its penalty |log π − log π_old| and its gradient are 0, leaving the plain policy "
@@ -315,19 +326,6 @@ class SAGEConfig(GRPOConfig):
         }
 
     @property
-    def policy_loss_params(self) -> dict:
-        """The keyword parameters of the policy term ``policy_loss`` (:func:`sagerl.objective.policy_loss`)."""
-        if self.policy_loss == "clip_cov":
-            return {
-                "clip_cov_ratio": self.clip_cov_ratio,
-                "clip_cov_lb": self.clip_cov_lb,
-                "clip_cov_ub": self.clip_cov_ub,
-            }
-        if self.policy_loss == "kl_cov":
-            return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.kl_cov_coef}
-        return {}
-
-    @property
     def is_on_policy(self) -> bool:
         """Whether every optimizer step trains on rollouts of the policy it starts from (TRL then computes no
         π_old): ``gradient_accumulation_steps`` is a multiple of ``steps_per_generation × num_iterations``."""
@@ -351,6 +349,48 @@ class SAGEConfig(GRPOConfig):
     def resolved_loss_agg_mode(self) -> str:
         """``loss_agg_mode``, or the aggregation TRL's ``loss_type`` stands for."""
         return self.loss_agg_mode or LOSS_TYPE_TO_AGG_MODE[self.loss_type]
+
+    @property
+    def resolved_policy_loss(self) -> str:
+        """``policy_loss``, or the surrogate TRL's ``loss_type`` and ``importance_sampling_level`` stand for."""
+        if self.policy_loss is not None:
+            return self.policy_loss
+        if self.loss_type in LOSS_TYPE_TO_POLICY_LOSS:
+            return LOSS_TYPE_TO_POLICY_LOSS[self.loss_type]
+        return "gspo" if self.importance_sampling_level == "sequence" else "clip"
+
+    @property
+    def resolved_policy_loss_params(self) -> dict:
+        """Keyword arguments of the surrogate from TRL's fields (CISPO's ratio bound, SAPO's temperatures,
+        VESPO's Gamma parameters, the importance-sampling level of CISPO and SAPO, Clip-Cov's and KL-Cov's
+        ratios, bounds and coefficient)."""
+        name = self.resolved_policy_loss
+        level = {"importance_sampling_level": self.importance_sampling_level}
+        if name == "cispo":
+            epsilon_high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+            return {"ratio_max": epsilon_high, **level}
+        if name == "sapo":
+            return {
+                "temperature_pos": self.sapo_temperature_pos,
+                "temperature_neg": self.sapo_temperature_neg,
+                **level,
+            }
+        if name == "clip_cov":
+            return {
+                "clip_cov_ratio": self.clip_cov_ratio,
+                "clip_cov_lb": self.clip_cov_lb,
+                "clip_cov_ub": self.clip_cov_ub,
+            }
+        if name == "kl_cov":
+            return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.kl_cov_coef}
+        if name == "vespo":
+            return {
+                "k_pos": self.vespo_k_pos,
+                "lambda_pos": self.vespo_lambda_pos,
+                "k_neg": self.vespo_k_neg,
+                "lambda_neg": self.vespo_lambda_neg,
+            }
+        return {}
 
     @property
     def resolved_advantage_estimator(self) -> str:

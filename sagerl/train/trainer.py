@@ -41,6 +41,7 @@ from sagerl.objective import (
     sage_loss,
     shaped_kl,
 )
+from sagerl.objective.multi_reward import normalize_then_sum_advantages
 from sagerl.train.config import SAGEConfig
 from sagerl.train.refill import choose_groups, groups_with_spread, merge_rollouts
 
@@ -308,6 +309,8 @@ class SAGETrainer(GRPOTrainer):
             advantages = compute_advantages(estimator, rewards, group_size, **params)
         except ValueError as exc:
             raise ConfigError(f"advantage_estimator={estimator!r}: {exc}") from exc
+        if self.args.multi_objective_aggregation == "normalize_then_sum":
+            advantages = normalize_then_sum_advantages(rewards_per_func, weights, group_size)
         if self.args.dynamic_sampling:
             keep = dynamic_sampling_mask(rewards, group_size)
         else:
@@ -465,6 +468,11 @@ class SAGETrainer(GRPOTrainer):
         )
         num_tokens, divisor = self._loss_normalization(inputs, mode, mask)
         importance = inputs.get("importance_sampling_ratio") if self.use_vllm else None
+        policy_loss, policy_params = self.args.resolved_policy_loss, self.args.resolved_policy_loss_params
+        if policy_loss == "vespo":  # VESPO folds the sampler correction into its sequence weight
+            policy_params, importance = {**policy_params, "importance_sampling_ratio": importance}, None
+        entropy_mask = self._entropy_mask(entropies, mask)
+        importance = self._surrogate_weights(inputs, logps, mask, importance, entropy_mask)
         out = sage_loss(
             logps,
             inputs.get("old_per_token_logps"),
@@ -485,13 +493,16 @@ class SAGETrainer(GRPOTrainer):
             num_tokens=num_tokens,
             max_len=self.max_completion_length,
             importance_weights=importance,
-            policy_loss=self.args.policy_loss,
-            policy_loss_params=self.args.policy_loss_params,
+            policy_loss=policy_loss,
+            policy_loss_params=policy_params,
+            kl_bias_correction_level=self.importance_sampling_level,
             entropy=entropies,
             entropy_adv_alpha=self.args.entropy_adv_alpha,
             entropy_adv_kappa=self.args.entropy_adv_kappa,
         )
         loss = out.loss / divisor
+        if self._entropy_bonus_enabled:
+            loss = self._add_entropy_bonus(loss, entropies, mask, entropy_mask, mode)
         if self.aux_loss_enabled:
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
@@ -499,6 +510,78 @@ class SAGETrainer(GRPOTrainer):
                 self.accelerator.gather_for_metrics(aux_loss).mean().item()
             )
         self._log_loss_metrics(mode, mask, entropies, out, q, logps, ref_logps)
+        return loss
+
+    # ------------------------------------------------------------------ TRL's surrogate options
+    def _entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        """TRL's top-entropy token mask ((B, T) bool, the top ``top_entropy_quantile`` of the tokens of every
+        process by entropy; Wang et al. 2025, "Beyond the 80/20 Rule"), or None when it is off."""
+        if self.top_entropy_quantile >= 1.0:
+            return None
+        return self.get_high_entropy_mask(entropies.detach(), mask, 1 - self.top_entropy_quantile)
+
+    def _surrogate_weights(self, inputs, logps, mask, importance, entropy_mask) -> torch.Tensor | None:
+        """The detached weights of the surrogate term only: the vLLM correction, TRL's off-policy sequence
+        mask (DeepSeek-V3.2) and the top-entropy mask, multiplied. The anchor term is never masked."""
+        weights = importance
+        if self.off_policy_mask_threshold is not None:
+            old = inputs.get("old_per_token_logps")
+            old = logps.detach() if old is None else old
+            advantages = inputs["advantages"]
+            keep = self.get_off_policy_mask(
+                advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+                per_token_logps=logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old),
+                mask=mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
+            )
+            weights = keep if weights is None else weights * keep
+        if entropy_mask is not None:
+            em = entropy_mask.to(logps.dtype)
+            weights = em if weights is None else weights * em
+        return weights
+
+    def _add_entropy_bonus(self, loss, entropies, mask, entropy_mask, mode: str) -> torch.Tensor:
+        """``loss − c·H̄``: TRL's entropy bonus (``entropy_coef``), H̄ the mean entropy (nats) of the loss tokens
+        of this micro-batch (the top-entropy ones when that mask is on), scaled for gradient accumulation only.
+
+        With ``use_adaptive_entropy`` (Skywork-OR1, He et al. 2025, arXiv 2505.22312) c applies while the
+        entropy of the last optimizer step is at most ``entropy_target``, and moves by ``entropy_coef_delta``
+        once per optimizer step (up when the step's token-mean entropy over every process is below the
+        target, down otherwise) within [entropy_coef_min, entropy_coef_max]: TRL's controller and its state
+        (``self.entropy_coef``, checkpointed by TRL).
+        """
+        effective = mask if entropy_mask is None else mask * entropy_mask.to(mask.dtype)
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        tokens = effective.sum()
+        mean_entropy = (entropies * effective).sum() / tokens.clamp(min=1.0)
+        coef = self.entropy_coef
+        if self.use_adaptive_entropy and self._last_world_entropy > self.args.entropy_target:
+            coef = 0.0
+        policy_term = loss
+        loss = loss - coef * mean_entropy / accumulation
+        m = self._metrics[mode]
+        m["policy_loss"].append(self.accelerator.gather(policy_term.detach() * accumulation).nanmean().item())
+        if self.use_adaptive_entropy and mode == "train":
+            stats = torch.stack([(entropies * effective).sum(), tokens]).detach().float()
+            self._entropy_window_stats = (
+                stats if self._entropy_window_stats is None else (self._entropy_window_stats + stats)
+            )
+            if self.accelerator.sync_gradients:
+                total = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                step_entropy = (total[0] / total[1].clamp(min=1.0)).item()
+                step = (
+                    self.args.entropy_coef_delta
+                    if step_entropy <= self.args.entropy_target
+                    else -(self.args.entropy_coef_delta)
+                )
+                self.entropy_coef = min(
+                    max(self.entropy_coef + step, self.args.entropy_coef_min), self.args.entropy_coef_max
+                )
+                self._last_world_entropy = step_entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            m["entropy_coef"].append(self.entropy_coef)
         return loss
 
     def _log_loss_metrics(self, mode, mask, entropies, out, q, logps, ref_logps) -> None:

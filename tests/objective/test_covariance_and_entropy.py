@@ -87,7 +87,7 @@ def test_covariance_bad_input():
     with pytest.raises(ValueError, match="clip_cov_lb < clip_cov_ub"):
         clip_cov_surrogate(logp, old, adv, mask, clip_cov_lb=5.0, clip_cov_ub=1.0)
     with pytest.raises(ValueError, match="unknown policy_loss"):
-        policy_loss("gspo", logp, old, adv, mask)
+        policy_loss("ppo2", logp, old, adv, mask)
 
 
 def test_entropy_advantage_hand_computed():

@@ -12,11 +12,13 @@ COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (dict(loss_type="cispo"), "loss_type='cispo' is not supported"),
-        (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
-        (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
-        (dict(entropy_coef=0.01), "entropy_coef"),
-        (dict(off_policy_mask_threshold=0.5), "off_policy_mask_threshold"),
+        (dict(kl_placement="reward", beta=0.05, top_entropy_quantile=0.2), "top_entropy_quantile=0.2 is not"),
+        (dict(kl_placement="reward", beta=0.05, off_policy_mask_threshold=0.5), "off_policy_mask_threshold"),
+        (
+            dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="bnpo"),
+            "defines the advantages itself",
+        ),
+        (dict(policy_loss="ppo"), "policy_loss='ppo' is not one of"),
         (dict(guide="branchy", beta=0.05), "guide='branchy' is not one of"),
         (dict(guide="branch", beta=0.0), "needs beta > 0"),
         (dict(divergence="forward", guide="branch", beta=0.05), "takes no guide"),

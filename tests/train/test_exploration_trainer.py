@@ -35,7 +35,7 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
     inputs = rollout(trainer)
     policy = trainer.model
     old_logp, _ = plain_logps_and_entropy(policy, inputs, args.temperature)
-    if args.policy_loss != "clip":  # an optimizer step happened since the rollout: π ≠ π_old
+    if args.resolved_policy_loss != "clip":  # an optimizer step happened since the rollout: π ≠ π_old
         torch.testing.assert_close(inputs["old_per_token_logps"], old_logp, rtol=1e-4, atol=1e-4)
         with torch.no_grad():
             for p in policy.parameters():
@@ -69,7 +69,7 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
     torch.manual_seed(7)
     expected = sage_loss(
         logp,
-        old_logp if args.policy_loss != "clip" else None,
+        old_logp if args.resolved_policy_loss != "clip" else None,
         ref_logp,
         advantages,
         mask,
@@ -80,8 +80,8 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
         epsilon_low=args.epsilon,
         epsilon_high=args.epsilon_high,
         loss_agg_mode=args.resolved_loss_agg_mode,
-        policy_loss=args.policy_loss,
-        policy_loss_params=args.policy_loss_params,
+        policy_loss=args.resolved_policy_loss,
+        policy_loss_params=args.resolved_policy_loss_params,
         entropy=entropy,
         entropy_adv_alpha=args.entropy_adv_alpha,
         entropy_adv_kappa=args.entropy_adv_kappa,
@@ -97,7 +97,7 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
         beta=args.beta,
     )
     assert (plain.per_token_loss - expected.per_token_loss).abs().max() > 1e-3  # the method changes the loss
-    if args.policy_loss != "clip":
+    if args.resolved_policy_loss != "clip":
         share = trainer._metrics["train"]["covariance/token_share"][-1]
         assert share == pytest.approx(expected.surrogate.covariance_masked[mask.bool()].float().mean().item())
         assert share > 0

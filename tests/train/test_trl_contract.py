@@ -111,9 +111,43 @@ def test_grpo_config_fields_used_by_sage_config_exist():
         "entropy_coef",
         "use_adaptive_entropy",
         "multi_objective_aggregation",
+        "entropy_coef_delta",
+        "entropy_coef_min",
+        "entropy_coef_max",
+        "entropy_target",
+        "sapo_temperature_pos",
+        "sapo_temperature_neg",
+        "vespo_k_pos",
+        "vespo_lambda_pos",
+        "vespo_k_neg",
+        "vespo_lambda_neg",
         "reward_weights",
         "max_completion_length",
         "cast_lm_head_to_fp32",
         "steps_per_generation",
     ):
         assert name in fields, name
+
+
+def test_trl_helpers_used_for_the_entropy_and_off_policy_options_exist():
+    """SAGETrainer reuses TRL's top-entropy and off-policy masks and its entropy-controller state."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    assert list(inspect.signature(GRPOTrainer.get_high_entropy_mask).parameters) == [
+        "self",
+        "entropies",
+        "mask",
+        "threshold",
+    ]
+    assert list(inspect.signature(GRPOTrainer.get_off_policy_mask).parameters) == [
+        "advantages",
+        "per_token_logps",
+        "sampling_per_token_logps",
+        "mask",
+        "off_policy_threshold",
+    ]
+    init = inspect.getsource(GRPOTrainer.__init__)
+    for name in ("_entropy_bonus_enabled", "_last_world_entropy", "_entropy_window_stats", "entropy_coef"):
+        assert f"self.{name} =" in init, name

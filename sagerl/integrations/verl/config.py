@@ -19,7 +19,6 @@ from sagerl.errors import ConfigError
 from sagerl.integrations.verl.version import check_verl_version
 from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, guide_inputs
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
-from sagerl.objective.policy_loss import POLICY_LOSSES
 
 try:
     from verl.workers.config import PolicyLossConfig
@@ -34,6 +33,8 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 """The command-line override that turns SAGE on with the paper's defaults (branch guide)."""
 
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
+POLICY_TERMS = ("clip", "clip_cov", "kl_cov")
+"""The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
 
 KL_LOSS_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
 """verl's ``actor.kl_loss_type`` names and the :func:`sagerl.objective.shaped_kl` estimator each one is."""
@@ -116,7 +117,7 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
             "token_normalization": TOKEN_NORMALIZATIONS,
             "random_kind": RANDOM_KINDS,
             "kl_placement": KL_PLACEMENTS,
-            "policy_term": POLICY_LOSSES,
+            "policy_term": POLICY_TERMS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
