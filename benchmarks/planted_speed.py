@@ -10,7 +10,7 @@ own process (so peak RSS is its own), alternating their order over rounds:
 
 Reported: median step time (TRL's ``step_time``, first step excluded) and peak RSS per variant, the
 teacher/branch ratios, and the teacher's forward passes per step. Target: one RL step <= 2 s on this
-project's 2-core CPU machine. The wall time of the whole README grid is printed by ``sagerl study``
+project's 2-core CPU machine. The wall time of the whole planted grid (docs/planted.md) is printed by ``sagerl study``
 itself (its last line).
 
 Usage: ``python benchmarks/planted_speed.py [--steps 20] [--rounds 2]`` (about a minute; run it on an idle

@@ -5,7 +5,7 @@ Run in .venv-verl (``make setup-verl``): ``.venv-verl/bin/python benchmarks/verl
 Three actors, built side by side in one process from verl's ``ppo_trainer.yaml`` (FSDP2 in a one-process gloo
 group, a random Qwen2 model, verl's CPU shim from tests/integrations/verl/verl_cpu.py), train on the same batch:
 
-- ``sage``: SAGE with the branch guide (the README's overrides), ``calculate_entropy=True``;
+- ``sage``: SAGE with the branch guide (the overrides of docs/scale.md), ``calculate_entropy=True``;
 - ``grpo``: verl's own loss (``loss_mode=vanilla``, k3 KL, β = 0.05), ``calculate_entropy=True``;
 - ``grpo_no_entropy``: the same, ``calculate_entropy=False``.
 

@@ -120,6 +120,7 @@ def train_char_lm(phases: Sequence[Phase], config: CharLMConfig, out_dir: str | 
     import torch
     from datasets import Dataset
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
 
     if not phases or any(not p.examples or p.steps < 1 for p in phases):
         raise ValueError("train_char_lm needs at least one phase, each with examples and steps >= 1")
@@ -162,7 +163,9 @@ def train_char_lm(phases: Sequence[Phase], config: CharLMConfig, out_dir: str | 
                 dataloader_num_workers=0,
                 disable_tqdm=True,
             )
-            Trainer(model=model, args=args, train_dataset=dataset).train()
+            trainer = Trainer(model=model, args=args, train_dataset=dataset)
+            trainer.remove_callback(PrinterCallback)  # no loss dicts on stdout while a model builds
+            trainer.train()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     out = Path(out_dir)

@@ -2,21 +2,29 @@
 
 1. pass@k of the embedded SmolLM2-135M-Instruct on held-out arithmetic (``arith``), n samples per problem;
 2. ``grpo+branch`` training on the arithmetic training set (``arith_train``) for a few steps;
-3. pass@k of the trained model on the same held-out problems;
-4. a before/after table (``sagerl compare``) and an overlaid pass@k plot;
-5. on the planted-strategy task, GRPO against the best exploration method (2 seeds each): how many of the
+3. pass@k of the trained model on the same held-out problems, then a before/after table (``sagerl
+   compare``) and an overlaid pass@k plot;
+4. on the planted-strategy task, GRPO against the best exploration method (2 seeds each): how many of the
    problems only the rare strategy solves each still solves (:mod:`sagerl.demo_planted`, 2-3 minutes).
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. The sizes
 below are chosen to finish in under 15 minutes on 2 CPU cores; ``--steps``, ``--problems`` and ``-n``
 trade time for precision.
+
+The demo is a list of :class:`Stage` objects (:data:`STAGES`): each prints one heading line, runs with
+one progress display of its own (third-party bars are off, :mod:`sagerl.cli.quiet`), and may print tables
+when it is done (:class:`sagerl.tables.FittedTable`, which fits an 80-column terminal). A new stage is a
+function that runs it, a function that returns its tables, and one more entry in :data:`STAGES`.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -56,98 +64,219 @@ def prompts_and_rollouts_per_step(overrides: dict) -> tuple[int, int]:
     return completions // trainer["num_generations"], trainer["num_generations"]
 
 
-def run_demo(
-    out: Path,
-    steps: int,
-    problems: int,
-    n: int,
-    max_new_tokens: int,
-    learning_rate: float,
-    progress: bool = True,
-) -> dict:
-    """Run the four stages; returns the comparison dict of :func:`sagerl.eval.compare_runs`."""
-    from sagerl.eval import compare_runs, evaluate
-    from sagerl.eval.compare import render_table
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo's command-line settings (``python -m sagerl.demo --help``)."""
+
+    out: Path = Path("runs/demo")
+    steps: int = STEPS
+    problems: int = PROBLEMS
+    n: int = SAMPLES
+    max_new_tokens: int = MAX_NEW_TOKENS
+    learning_rate: float = LEARNING_RATE
+    progress: bool = True
+
+    @property
+    def ks(self) -> list[int]:
+        """The budgets the before/after table shows: 1, 2, 4, ... up to n."""
+        return [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= self.n]
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        return dict(
+            n=self.n,
+            limit=self.problems,
+            max_new_tokens=self.max_new_tokens,
+            temperature=1.0,
+            seed=0,
+            progress=self.progress,
+        )
+
+
+@dataclass
+class Demo:
+    """What the stages share: the settings, the console, each stage's result (by stage key), timings."""
+
+    settings: DemoSettings
+    console: Console
+    results: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the demo.
+
+    Attributes:
+        key: the stage's name in :attr:`Demo.results` and in the timings line.
+        heading: the line printed before the stage runs (from the settings).
+        run: runs the stage (its one progress display included) and returns its result.
+        tables: what to print once it has run (renderables; default none).
+    """
+
+    key: str
+    heading: Callable[[DemoSettings], str]
+    run: Callable[[Demo], Any]
+    tables: Callable[[Demo], list] = lambda demo: []
+
+
+def _eval_before(demo: Demo) -> Path:
+    from sagerl.eval import evaluate
     from sagerl.models import embedded_model_dir
+
+    embedded_model_dir()  # converted once into the cache (about 20 s), before the stage's progress bar
+    folder = demo.settings.out / "base"
+    evaluate(None, ["arith"], out=folder, **demo.settings.eval_kwargs())
+    return folder
+
+
+def _train(demo: Demo) -> Path:
     from sagerl.train.run import train
 
-    console = Console(stderr=False)
-    timings = {}
+    s = demo.settings
+    overrides = train_overrides(s.steps, s.max_new_tokens, s.learning_rate, s.progress)
+    return train(PRESET, overrides, output_dir=s.out / "train")
+
+
+def _eval_after(demo: Demo) -> Path:
+    from sagerl.eval import evaluate
+
+    folder = demo.settings.out / PRESET
+    evaluate(str(demo.results["training"]), ["arith"], out=folder, **demo.settings.eval_kwargs())
+    return folder
+
+
+def _training_heading(s: DemoSettings) -> str:
+    prompts, rollouts = prompts_and_rollouts_per_step(
+        train_overrides(s.steps, s.max_new_tokens, s.learning_rate, s.progress)
+    )
+    plural = "s" if prompts != 1 else ""
+    return f"training {PRESET} for {s.steps} steps ({prompts} prompt{plural} x {rollouts} rollouts per step)"
+
+
+def before_after_tables(demo: Demo) -> list:
+    """The before/after pass@k table (:func:`sagerl.eval.compare.render_table`) of the two eval runs in
+    ``demo.settings.out``, and the plot ``passk_before_after.png`` beside them."""
+    from sagerl.eval import compare_runs
+    from sagerl.eval.compare import render_table
+
+    out = demo.settings.out
+    comparison = compare_runs(
+        [out / "base", out / PRESET], out=out / "passk_before_after.png", ks=demo.settings.ks
+    )
+    demo.results["comparison"] = comparison
+    return [render_table(comparison)]
+
+
+def _planted(demo: Demo) -> dict:
+    from sagerl.demo_planted import run_planted_comparison
+
+    return run_planted_comparison(demo.settings.out / "planted", log=lambda line: None)
+
+
+def planted_tables(demo: Demo) -> list:
+    """The rare support each method of the planted stage keeps (:func:`sagerl.demo_planted.rare_support_lines`)."""
+    from rich.text import Text
+
+    from sagerl.demo_planted import rare_support_lines
+
+    return [Text("\n".join(rare_support_lines(demo.results["planted"])))]
+
+
+def _planted_heading(s: DemoSettings) -> str:
+    from sagerl.demo_planted import BEST, SEEDS
+
+    return f"planted task: grpo against {BEST}, {len(SEEDS)} seeds each (the rare support each keeps)"
+
+
+STAGES: list[Stage] = [
+    Stage(
+        "eval before",
+        lambda s: f"pass@k before training: {s.problems} held-out problems x {s.n} samples",
+        _eval_before,
+    ),
+    Stage("training", _training_heading, _train),
+    Stage(
+        "eval after",
+        lambda s: "pass@k after training, same problems and seeds",
+        _eval_after,
+        before_after_tables,
+    ),
+    Stage("planted", _planted_heading, _planted, planted_tables),
+]
+"""The demo's stages, in order; each prints ``i/N heading``, runs, then prints its tables."""
+
+
+def print_stage_tables(demo: Demo, stage: Stage) -> None:
+    """Print the tables of a finished stage (each fits the console's width)."""
+    for table in stage.tables(demo):
+        demo.console.print(table)
+
+
+def run_demo(
+    settings: DemoSettings, console: Console | None = None, stages: list[Stage] | None = None
+) -> Demo:
+    """Run every stage in order; returns the :class:`Demo` with each stage's result."""
+    stages = STAGES if stages is None else stages
+    demo = Demo(settings, console or Console())
     start = time.time()
-    console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M-Instruct, built-in arithmetic")
-    embedded_model_dir()
-    eval_kwargs = dict(
-        n=n, limit=problems, max_new_tokens=max_new_tokens, temperature=1.0, seed=0, progress=progress
-    )
-
-    console.print(f"[bold]1/4[/] pass@k before training: {problems} held-out problems x {n} samples")
-    t = time.time()
-    evaluate(None, ["arith"], out=out / "base", **eval_kwargs)
-    timings["eval before"] = time.time() - t
-
-    overrides = train_overrides(steps, max_new_tokens, learning_rate, progress)
-    prompts, rollouts = prompts_and_rollouts_per_step(overrides)
-    console.print(
-        f"[bold]2/4[/] training {PRESET} for {steps} steps "
-        f"({prompts} prompt{'s' if prompts != 1 else ''} x {rollouts} rollouts per step)"
-    )
-    t = time.time()
-    model = train(PRESET, overrides, output_dir=out / "train")
-    timings["training"] = time.time() - t
-
-    console.print("[bold]3/4[/] pass@k after training, same problems and seeds")
-    t = time.time()
-    evaluate(str(model), ["arith"], out=out / PRESET, **eval_kwargs)
-    timings["eval after"] = time.time() - t
-
-    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
-    comparison = compare_runs([out / "base", out / PRESET], out=out / "passk_before_after.png", ks=ks)
-    console.print(render_table(comparison))
-
-    from sagerl.demo_planted import BEST, run_planted_comparison
-
-    console.print(
-        f"[bold]4/4[/] planted-strategy task: grpo against {BEST}, 2 seeds each (the rare support each keeps)"
-    )
-    t = time.time()
-    run_planted_comparison(out / "planted", log=console.print)
-    timings["planted comparison"] = time.time() - t
-    console.print(
-        "times: "
-        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
-        + f", total {(time.time() - start) / 60:.1f} min"
-    )
-    console.print(f"plot: {comparison['plot']}   training metrics: {out / 'train' / 'metrics.jsonl'}")
-    return comparison
+    demo.console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M, built-in arithmetic")
+    for i, stage in enumerate(stages, start=1):
+        demo.console.print(f"[bold]{i}/{len(stages)}[/] {stage.heading(settings)}", highlight=False)
+        t = time.time()
+        demo.results[stage.key] = stage.run(demo)
+        demo.timings[stage.key] = time.time() - t
+        print_stage_tables(demo, stage)
+    print_summary(demo, time.time() - start)
+    return demo
 
 
-def main(argv: list[str] | None = None) -> None:
+def print_summary(demo: Demo, total_s: float) -> None:
+    """The closing lines: time per stage, and where the plot and the training metrics are."""
+    times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in demo.timings.items())
+    demo.console.print(f"times: {times}, total {total_s / 60:.1f} min", highlight=False)
+    out = demo.settings.out
+    comparison = demo.results.get("comparison")
+    if comparison is not None and comparison.get("plot"):
+        demo.console.print(f"plot: {comparison['plot']}", highlight=False)
+    demo.console.print(f"training metrics: {out / 'train' / 'metrics.jsonl'}", highlight=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's command line (``python -m sagerl.demo --help``)."""
     parser = argparse.ArgumentParser(
-        description="sagerl demo: before/after pass@k of SAGE on the embedded model"
+        prog="python -m sagerl.demo",
+        description="sagerl demo: before/after pass@k of SAGE on the embedded model",
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"))
+    parser.add_argument("--out", type=Path, default=DemoSettings.out, help="run folder (default runs/demo)")
     parser.add_argument("--steps", type=int, default=STEPS, help="training steps")
     parser.add_argument("--problems", type=int, default=PROBLEMS, help="held-out problems to evaluate")
     parser.add_argument("-n", type=int, default=SAMPLES, help="samples per problem")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    from sagerl.cli.quiet import quiet_third_party_progress
     from sagerl.cli.warning_filters import silence_harmless_warnings
     from sagerl.errors import SagerlError
 
     silence_harmless_warnings()
-
+    quiet_third_party_progress()
+    settings = DemoSettings(
+        out=args.out,
+        steps=args.steps,
+        problems=args.problems,
+        n=args.n,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        progress=not args.no_progress,
+    )
     try:
-        run_demo(
-            args.out,
-            args.steps,
-            args.problems,
-            args.n,
-            args.max_new_tokens,
-            args.learning_rate,
-            progress=not args.no_progress,
-        )
+        run_demo(settings)
     except SagerlError as exc:
         raise SystemExit(f"sagerl: error: {exc}") from None
 

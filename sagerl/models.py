@@ -145,7 +145,47 @@ def load_config(name_or_path: str | None):
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:
+        if looks_like_hub_id(path) and hub_offline():
+            raise ModelLoadError(offline_message(name_or_path)) from exc
         raise ModelLoadError(f"model {name_or_path!r} does not load: {first_line(exc)}") from exc
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``name`` or ``org/name`` that is not a local path (no leading ``/``, ``.`` or ``~``, one ``/`` at
+    most, nothing there on disk): what the hub would be asked for."""
+    import re
+
+    if Path(name).expanduser().exists() or name.startswith(("/", ".", "~")):
+        return False
+    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off in this process (``HF_HUB_OFFLINE``)."""
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def offline_message(name: str | None) -> str:
+    """The one line for a hub id that cannot be read offline: what to set, or to pass instead."""
+    return (
+        f"model {name!r} is not a local folder and not in the hub cache, and HF_HUB_OFFLINE=1 keeps the "
+        f"hub off: pass a local model folder (--model PATH, or 'model: PATH' in a study), or run with "
+        f"HF_HUB_OFFLINE=0 where the hub is reachable"
+    )
+
+
+def check_model(name_or_path: str | None) -> None:
+    """Check that ``name_or_path`` names a model, without building or loading one: built-in names pass
+    (they are built on first use); a folder needs a ``config.json``; a hub id is looked up (its config
+    only) when online, and refused offline unless it is in the hub cache (:func:`offline_message`).
+
+    Raises:
+        ModelLoadError: one line, naming the model.
+    """
+    if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default", *BUILT_IN_MODELS):
+        return
+    load_config(name_or_path)
 
 
 def load_tokenizer(name_or_path: str | None):

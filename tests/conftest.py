@@ -49,7 +49,7 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def fault_table() -> list[str]:
-    """The fault table as Markdown lines (the README shows the same table)."""
+    """The fault table as Markdown lines (docs/faults.md shows the same table)."""
     lines = ["| fault class | behaviour | tests passed | result |", "|---|---|---|---|"]
     for fault in FAULT_CLASSES:
         ran = [_outcomes[n] for n in _outcomes if fault in classes_of(n)]

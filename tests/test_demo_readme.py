@@ -37,19 +37,17 @@ def test_readme_states_the_demo_settings() -> None:
 
 
 def test_demo_defaults_are_its_command_line_defaults(monkeypatch) -> None:
-    parser_defaults = {}
-
-    def capture(out, steps, problems, n, max_new_tokens, learning_rate, progress=True):
-        parser_defaults.update(steps=steps, problems=problems, n=n, tokens=max_new_tokens, lr=learning_rate)
-        return {}
-
-    monkeypatch.setattr(demo, "run_demo", capture)
+    captured = []
+    monkeypatch.setattr(demo, "run_demo", lambda settings: captured.append(settings))
     demo.main([])
-    assert parser_defaults == {
-        "steps": demo.STEPS,
-        "problems": demo.PROBLEMS,
-        "n": demo.SAMPLES,
-        "tokens": demo.MAX_NEW_TOKENS,
-        "lr": demo.LEARNING_RATE,
-    }
+    assert captured == [demo.DemoSettings()]
+    assert (captured[0].steps, captured[0].problems, captured[0].n) == (
+        demo.STEPS,
+        demo.PROBLEMS,
+        demo.SAMPLES,
+    )
+    assert (captured[0].max_new_tokens, captured[0].learning_rate) == (
+        demo.MAX_NEW_TOKENS,
+        demo.LEARNING_RATE,
+    )
     assert demo.prompts_and_rollouts_per_step(demo.train_overrides(3, 16, 1e-5)) == (1, 8)

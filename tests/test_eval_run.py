@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -351,9 +352,14 @@ def test_compare_single_dataset_has_no_average_column(tmp_path):
     b = fabricate_run(tmp_path / "after", 8, {"arith": 0.10})
     cmp = compare_runs([a, b], out=None, ks=[1, 8])
     assert cmp["columns"] == [("arith", 1), ("arith", 8)]
-    table = render_table(cmp)
-    assert [c.header for c in table.columns][1:] == ["arith\npass@1", "arith\npass@8"]
-    assert list(table.columns[1].cells) == ["5.0 [0.0, 10.0]", "10.0 [5.0, 15.0]"]
+    from sagerl.tables import render_text
+
+    text = render_text(render_table(cmp), width=120)  # one data set: its name in the title, not per column
+    assert "pass@k (%) on arith" in text and "arith\n" not in text and text.count("pass@1") == 1
+    assert re.search(r"^before\s+5\.0 \[0\.0, 10\.0\]\s+33\.7 \[28\.7, 38\.7\]$", text, re.M), text
+    assert re.search(r"^after\s+10\.0 \[5\.0, 15\.0\]\s", text, re.M), text
+    narrow = render_text(render_table(cmp), width=30)  # CIs on their own row rather than wrapped
+    assert max(len(line) for line in narrow.splitlines()) <= 30 and "[0.0, 10.0]" in narrow
 
 
 def test_cli_compare_missing_results_names_the_folder(tmp_path, capsys):

@@ -96,24 +96,26 @@ def eval_command(
 
 
 def _results_table(results: dict):
-    from rich.table import Table
+    """The results of one eval run as a :class:`sagerl.tables.FittedTable` (fits the terminal)."""
+    from sagerl.tables import Estimate, FittedTable
 
     ks = results["meta"]["ks"]
-    table = Table(title=f"pass@k (%) with 95% CI, n={results['meta']['n']}")
-    table.add_column("dataset", style="bold")
-    table.add_column("problems", justify="right")
-    for k in ks:
-        table.add_column(f"pass@{k}", justify="right")
     rows = list(results["datasets"].items())
     if len(rows) > 1:
         rows.append(("average", results["average"]))
+    table_rows = []
     for name, entry in rows:
-        cells = []
+        cells = [str(entry["num_problems"])]
         for k in ks:
             lo, hi = entry["ci"][f"pass@{k}"]
-            cells.append(f"{100 * entry[f'pass@{k}']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
-        table.add_row(name, str(entry["num_problems"]), *cells)
-    return table
+            cells.append(Estimate(100 * entry[f"pass@{k}"], 100 * lo, 100 * hi))
+        table_rows.append((name, cells))
+    return FittedTable(
+        f"pass@k (%) [95% bootstrap CI], n={results['meta']['n']}",
+        "dataset",
+        ["problems", *(f"pass@{k}" for k in ks)],
+        table_rows,
+    )
 
 
 @app.command("compare")

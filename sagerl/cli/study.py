@@ -22,12 +22,15 @@ def study_command(
     progress: bool = typer.Option(False, "--progress/--no-progress", help="Progress bars of each cell."),
 ) -> None:
     """Run a study cell by cell (resumable; failed cells reported) and write one table with 95% CIs over seeds."""
+    import json
     import time
 
+    from rich.console import Console
+
     from sagerl.study import cell_commands, check_finished_cells, reference_command, run_study, study_folder
-    from sagerl.study.runner import read_cell_status
+    from sagerl.study.folders import read_cell_status
     from sagerl.study.spec import load_studies
-    from sagerl.study.table import write_study_table
+    from sagerl.study.table import finished_summary, render_terminal, write_study_table
 
     studies = load_studies(study_file)
     folders = [study_folder(study, out) for study in studies]
@@ -42,25 +45,28 @@ def study_command(
         base = folders[0] if studies[0].setting is None else folders[0].parent
         typer.echo(f"sagerl study {study_file} --out {base} --aggregate-only")
         return
+    console = Console()
     started = time.perf_counter()
     failed = total = 0
     for study, folder in zip(studies, folders, strict=True):
         if study.setting is not None:
             typer.echo(f"== setting {study.setting} ({study.model or 'embedded model'}): {folder}")
         if aggregate_only:
-            write_study_table(study, folder)
+            data = write_study_table(study, folder)
         else:
             run_study(study, folder, progress=progress, log=typer.echo)
-        typer.echo((folder / "table.md").read_text(encoding="utf-8"))
+            data = json.loads((folder / "study.json").read_text(encoding="utf-8"))
+        console.print(render_terminal(data))  # fits the terminal; table.md has the same, as markdown
         if (folder / "paired.md").is_file():
             typer.echo((folder / "paired.md").read_text(encoding="utf-8"))
+        typer.echo(f"{finished_summary(study, folder)}; every column: {folder / 'table.md'}")
         statuses = [read_cell_status(folder, cell) for cell in study.cells]
         failed += sum(1 for status in statuses if status is not None and status.get("status") != "ok")
         total += len(statuses)
     if len(studies) > 1 and not aggregate_only:
         typer.echo(
-            f"sagerl study: {len(studies)} settings, {total} cells, {time.perf_counter() - started:.0f} s"
+            f"sagerl study: {len(studies)} settings, {total} runs, {time.perf_counter() - started:.0f} s"
         )
     if failed:  # exit status 1, so that scripts and schedulers notice
-        typer.echo(f"sagerl study: {failed} of {total} cells failed (errors in the table)", err=True)
+        typer.echo(f"sagerl study: {failed} of {total} runs failed (errors above)", err=True)
         raise typer.Exit(1)

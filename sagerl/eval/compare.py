@@ -73,23 +73,30 @@ def compare_runs(
 
 
 def render_table(comparison: dict[str, Any]):
-    """A rich Table of a :func:`compare_runs` result (rows: runs; columns: dataset pass@k, in %)."""
-    from rich.table import Table
+    """The table of a :func:`compare_runs` result, as a :class:`sagerl.tables.FittedTable` (rows: runs;
+    columns: pass@k in % per data set, with 95% bootstrap CIs); it fits the terminal it is printed on.
 
-    table = Table(title="pass@k (%) [95% bootstrap CI]")
-    table.add_column("run", style="bold")
-    for name, k in comparison["columns"]:
-        table.add_column(f"{name}\npass@{k}", justify="right")
+    With one data set the columns are ``pass@k`` and the title names the set; with several, each column
+    header names its set and a set's columns stay together where they fit.
+    """
+    from sagerl.tables import Estimate, FittedTable
+
+    names = list(dict.fromkeys(name for name, _ in comparison["columns"]))
+    single = len(names) == 1
+    headers = [f"pass@{k}" if single else f"{name}\npass@{k}" for name, k in comparison["columns"]]
     cis = comparison.get("cis", {})
+    rows = []
     for label, row in comparison["rows"].items():
         cells = []
         for i, v in enumerate(row):
             ci = cis.get(label, [None] * len(row))[i]
             if v is None:
-                cells.append("—")
+                cells.append(None)
             elif ci is None:
-                cells.append(f"{100 * v:.1f}")
+                cells.append(Estimate(100 * v))
             else:
-                cells.append(f"{100 * v:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]")
-        table.add_row(label, *cells)
-    return table
+                cells.append(Estimate(100 * v, 100 * ci[0], 100 * ci[1]))
+        rows.append((label, cells))
+    groups = [sum(1 for name, _ in comparison["columns"] if name == n) for n in names]
+    title = f"pass@k (%) on {names[0]} [95% bootstrap CI]" if single else "pass@k (%) [95% bootstrap CI]"
+    return FittedTable(title, "run", headers, rows, groups=groups or None)

@@ -73,28 +73,9 @@ def _load_datasets(
 
 
 def _progress(enabled: bool, total: int):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from sagerl.progress import progress_display
 
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("samples"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=False,
-    )
+    return progress_display("samples", enabled)
 
 
 def evaluate(

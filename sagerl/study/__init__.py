@@ -1,6 +1,7 @@
 """``sagerl study``: presets × seeds × overrides -> one train + eval run folder per cell -> one table.
 
 - :mod:`sagerl.study.spec`: the study file (:func:`load_study`, :class:`Study`, :class:`Cell`).
+- :mod:`sagerl.study.folders`: the study folder's layout, each cell's status file.
 - :mod:`sagerl.study.runner`: running cells, resumable, failures recorded (:func:`run_study`).
 - :mod:`sagerl.study.table`: mean and 95% CI over seeds of every metric, ``table.md`` and plots.
 """

@@ -1,13 +1,6 @@
 """Run a study cell by cell: the reference evaluation, then train + evaluate for every (cell, seed).
 
-Folder layout under the study folder ``OUT``::
-
-    OUT/study.yaml                      the study as run (resolved cells)
-    OUT/reference/                      sagerl eval of the model before any training
-    OUT/cells/<cell>/seed-<s>/train/    sagerl train run folder (config.yaml, metrics.jsonl, model/)
-    OUT/cells/<cell>/seed-<s>/eval/     sagerl eval run folder of train/model
-    OUT/cells/<cell>/seed-<s>/cell.json status ("ok" | "failed"), error, times
-    OUT/study.json, OUT/table.md, OUT/*.png   the aggregate (:mod:`sagerl.study.table`)
+The study folder's layout is :mod:`sagerl.study.folders`.
 
 Each cell runs through the same functions as ``sagerl train`` and ``sagerl eval`` (so their run-folder
 locks, resumption and checks apply). A cell that raises is recorded as failed, with its error, and the
@@ -34,19 +27,21 @@ import yaml
 
 from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, first_line
+from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, study_folder
 from sagerl.study.spec import Cell, Study
 
-CELL_FILE = "cell.json"
-REFERENCE = "reference"
-
-
-def study_folder(study: Study, out: str | Path | None) -> Path:
-    """``out``, or ``runs/study-<name>``; for a study of a file with ``settings``, that folder of the file's
-    name, then the setting: ``runs/study-<file's name>/<setting>``."""
-    if study.setting is None:
-        return Path(out) if out is not None else Path("runs") / f"study-{study.name}"
-    base = study.name.removesuffix(f"-{study.setting}")
-    return (Path(out) if out is not None else Path("runs") / f"study-{base}") / study.setting
+__all__ = [
+    "CELL_FILE",
+    "REFERENCE",
+    "cell_commands",
+    "check_finished_cells",
+    "read_cell_status",
+    "reference_command",
+    "run_cell",
+    "run_reference",
+    "run_study",
+    "study_folder",
+]
 
 
 def _train_overrides(study: Study, cell: Cell) -> dict[str, Any]:
@@ -104,15 +99,6 @@ def cell_commands(study: Study, out: Path, cell: Cell) -> list[str]:
 def reference_command(study: Study, out: Path) -> str:
     """The ``sagerl eval`` command of the reference (the model before training)."""
     return shlex.join(_eval_args(study, study.model or "smollm2-135m-instruct", out / REFERENCE))
-
-
-def read_cell_status(out: Path, cell: Cell) -> dict[str, Any] | None:
-    """The cell's ``cell.json``, or None when it has not run (or the file is unreadable)."""
-    path = out / cell.folder / CELL_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:

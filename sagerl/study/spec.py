@@ -397,10 +397,13 @@ def load_study(path: str | Path) -> Study:
 
 
 def load_studies(path: str | Path) -> list[Study]:
-    """Read and check a study YAML file: one :class:`Study`, or one per setting (:func:`parse_studies`).
+    """Read and check a study YAML file: one :class:`Study`, or one per setting (:func:`parse_studies`),
+    each study's model included (:func:`sagerl.models.check_model`: a hub id is looked up when online and
+    refused offline unless cached; nothing is built or loaded).
 
     Raises:
-        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_studies`.
+        SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_studies`; or a
+            model that does not exist, or cannot be read offline.
     """
     path = Path(path)
     try:
@@ -411,4 +414,13 @@ def load_studies(path: str | Path) -> list[Study]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SagerlError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-    return parse_studies(data, str(path))
+    studies = parse_studies(data, str(path))
+    from sagerl.errors import ModelLoadError
+    from sagerl.models import check_model
+
+    for model in dict.fromkeys(study.model for study in studies):
+        try:  # a hub id that does not exist, or cannot be read offline, fails here, not at the reference eval
+            check_model(model)
+        except ModelLoadError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return studies

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.study.runner import REFERENCE, read_cell_status
+from sagerl.study.folders import REFERENCE, read_cell_status
 from sagerl.study.spec import Study
 
 LAST_STEPS = 5
@@ -289,6 +289,82 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         for seed, error in entry["failed"].items():
             lines.append(f"| {name} (seed {seed}) | failed | {error} |" + " |" * (len(cols) - 1))
     return "\n".join(lines) + "\n"
+
+
+def _column_groups(cols: Sequence[tuple[str, str, bool, int]]) -> list[int]:
+    """Sizes of consecutive columns of one family (a data set's pass@k, support, strategies, training)."""
+
+    def family(key: str) -> str:
+        if key.startswith("pass@"):
+            return key.split("/", 1)[1]
+        if key.startswith(("solved/", "expanded/", "shrunk/")):
+            return "support"
+        return key.split("/", 1)[0]
+
+    groups: list[int] = []
+    last = None
+    for _, key, _, _ in cols:
+        if family(key) == last:
+            groups[-1] += 1
+        else:
+            groups.append(1)
+            last = family(key)
+    return groups
+
+
+def render_terminal(data: Mapping[str, Any]):
+    """The table of ``table.md`` for a terminal: a :class:`sagerl.tables.FittedTable` that fits its width
+    (mean over seeds with the 95% CI under it; columns of one family together), failed runs listed
+    under it."""
+    from sagerl.tables import Estimate, FittedTable
+
+    cols = _columns(data)
+
+    def cell(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int):
+        if summary is None or key not in summary:
+            return None
+        scale = 100.0 if percent else 1.0
+        mean, (lo, hi) = summary[key]["mean"], summary[key]["ci"]  # None: NaN in study.json
+        if mean is None:
+            return None
+        if lo is None or hi is None:
+            return Estimate(mean * scale, digits=digits)
+        return Estimate(mean * scale, lo * scale, hi * scale, digits)
+
+    rows = []
+    if data.get("reference"):
+        ref = {
+            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
+        }
+        rows.append(("reference", ["—", *(cell(ref, c[1], c[2], c[3]) for c in cols)]))
+    failures = []
+    for name, entry in data["cells"].items():
+        summary = entry.get("summary")
+        rows.append((name, [str(len(entry["per_seed"])), *(cell(summary, c[1], c[2], c[3]) for c in cols)]))
+        failures += [f"failed: {name} seed {seed}: {error}" for seed, error in entry["failed"].items()]
+    headers = ["seeds", *(c[0] for c in cols)]
+    caption = "\n".join(failures) if failures else None
+    title = f"{data['study']}: mean [95% CI over seeds]"
+    return FittedTable(title, "cell", headers, rows, groups=[1, *_column_groups(cols)], caption=caption)
+
+
+def finished_summary(study: Study, out: Path) -> str:
+    """``"12 of 18 cells finished (30 of 36 runs: 18 cells x 2 seeds), 1 run failed"``: what the study
+    folder holds. A cell is finished when every seed of it has run without error."""
+    by_cell: dict[str, list[str | None]] = {}
+    for cell in study.cells:
+        status = read_cell_status(out, cell)
+        by_cell.setdefault(cell.name, []).append(None if status is None else status.get("status"))
+    runs = sum(len(v) for v in by_cell.values())
+    ok_runs = sum(s == "ok" for v in by_cell.values() for s in v)
+    failed = sum(s is not None and s != "ok" for v in by_cell.values() for s in v)
+    ok_cells = sum(all(s == "ok" for s in v) for v in by_cell.values())
+    seeds = {len(v) for v in by_cell.values()}
+    shape = f"{len(by_cell)} cells x {seeds.pop()} seeds" if len(seeds) == 1 else f"{len(by_cell)} cells"
+    text = f"{ok_cells} of {len(by_cell)} cells finished ({ok_runs} of {runs} runs: {shape})"
+    if failed:
+        text += f", {failed} run{'s' if failed != 1 else ''} failed"
+    return text
 
 
 def _ks(keys, dataset: str) -> list[int]:

@@ -32,7 +32,7 @@ is spread over many tokens, as a language model's branching point is; after the 
 the end mark (``.``, ``!``, ``;`` or ``:``, equally often, :data:`END_MARKS`) is a second, genuinely
 uncertain choice (ln 4 nats), so rare-strategy trajectories pass through more high-entropy states than
 dominant ones, whose end mark is always ``.``. That is what lets the benchmark
-tell the branch guide with k3 in the loss (a per-state β·q, see the README) apart from the branch guide
+tell the branch guide with k3 in the loss (a per-state β·q, see docs/objective.md) apart from the branch guide
 with the KL in the reward (trajectory weight Π_t q(s_t)·π_ref).
 
 Everything is exact: :func:`read_strategy` reads the strategy from the marker word (no heuristics),
@@ -42,7 +42,7 @@ whose boxed digit is the answer. A verifier that checked the boxed digit alone w
 the dominant marker and copy the last digit (RL found exactly that shortcut in a first version of this
 task), and the marker would no longer say which strategy was used. The reference policy is a tiny
 character-level model trained on traces whose strategy frequencies are planted (:data:`REFERENCE_MIX`);
-see :func:`planted_model`.
+its models are built by :mod:`sagerl.tasks.planted_model`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from sagerl.tasks.problem import Problem
 
@@ -68,7 +67,6 @@ __all__ = [
     "answer_of",
     "make_planted_problems",
     "make_traces",
-    "planted_model",
     "problem_type",
     "read_strategy",
     "solve",
@@ -278,18 +276,3 @@ def make_traces(
         strategy = _pick(rng, weighted)
         out.append((p.problem, trace(p, strategy, rng), strategy))
     return out
-
-
-def planted_model(role: str = "reference") -> Path:
-    """The planted task's tiny model, trained from scratch on first use and cached (see :mod:`sagerl.char_lm`).
-
-    ``role="reference"`` is trained on traces with :data:`REFERENCE_MIX`, ``"reference-10"`` with
-    :data:`REFERENCE_MIX_10`, ``"teacher"`` with :data:`TEACHER_MIX`; otherwise identical. The folder also holds ``planted.json``: the planted mix and
-    the strategy frequencies measured by sampling the built model on held-out problems.
-
-    Raises:
-        ValueError: unknown role.
-    """
-    from sagerl.tasks.planted_model import build_planted_model
-
-    return build_planted_model(role)

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from transformers import TrainerCallback
-from transformers.trainer_callback import ProgressCallback
 
 from sagerl.atomic_files import atomic_write_text
 
@@ -70,18 +69,51 @@ class MetricsJSONLCallback(TrainerCallback):
             f.flush()
 
 
-class CompactProgressCallback(ProgressCallback):
-    """TRL's progress bar (with its ETA), but one short line per logged step instead of the whole dict."""
+class CompactProgressCallback(TrainerCallback):
+    """The training stage's one progress display (:func:`sagerl.progress.progress_display`, in steps) and
+    one short line per logged step above it (:data:`SUMMARY_KEYS`), instead of the HF Trainer's tqdm bar
+    and logged dicts (main process only). ``bar=False`` (``disable_tqdm``) keeps the lines only."""
+
+    def __init__(self, bar: bool = True, console=None) -> None:
+        self._bar = bar
+        self._console = console
+        self._progress = None
+        self._task = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        from sagerl.progress import progress_display
+
+        self._progress = progress_display("steps", enabled=self._bar, console=self._console)
+        self._task = self._progress.add_task("training", total=state.max_steps, completed=state.global_step)
+        self._progress.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._progress is not None:
+            self._progress.update(self._task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or self.training_bar is None or not logs:
+        if self._progress is None or not logs:
             return
         if "train_runtime" in logs:
-            self.training_bar.write(f"done: {logs['train_runtime']:.0f} s")
+            self._progress.console.print(f"done: {logs['train_runtime']:.0f} s", highlight=False)
             return
-        parts = [f"step {state.global_step}"]
-        for key, label in SUMMARY_KEYS:
-            value = logs.get(key)
-            if isinstance(value, int | float):
-                parts.append(f"{label} {value:.3g}")
-        self.training_bar.write("  ".join(parts))
+        self._progress.console.print(summary_line(state.global_step, logs), highlight=False)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._progress is not None:
+            self._progress.update(self._task, completed=state.global_step)
+            self._progress.stop()
+            self._progress = None
+
+
+def summary_line(step: int, logs: dict) -> str:
+    """``step 3  reward 0.25  pass 0.25  kl 0.0357  H 2.04  q 1.24  len 8  s/step 21.4``: what one logged
+    step shows on the terminal (every key of :data:`SUMMARY_KEYS` the logs have)."""
+    parts = [f"step {step}"]
+    for key, label in SUMMARY_KEYS:
+        value = logs.get(key)
+        if isinstance(value, int | float):
+            parts.append(f"{label} {value:.3g}")
+    return "  ".join(parts)

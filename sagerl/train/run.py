@@ -462,8 +462,10 @@ def _train_in_folder(
         if quiet:
             trainer.pop_callback(ProgressCallback)
             trainer.pop_callback(PrinterCallback)
-        elif not args.disable_tqdm and trainer.pop_callback(ProgressCallback) is not None:
-            trainer.add_callback(CompactProgressCallback())
+        else:  # one line per logged step, under sagerl's bar (none with disable_tqdm), not HF's tqdm/dicts
+            trainer.pop_callback(ProgressCallback)
+            trainer.pop_callback(PrinterCallback)
+            trainer.add_callback(CompactProgressCallback(bar=not args.disable_tqdm))
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         trainer.save_model(str(final))
         step = trainer.state.global_step

@@ -258,7 +258,7 @@ def test_cli_exits_1_when_a_cell_failed_and_dry_run_refuses_changed_cells(tmp_pa
     with pytest.raises(SystemExit) as exit_info:
         main(["study", str(path), "--out", str(out)])
     assert exit_info.value.code == 1
-    assert "sagerl study: 1 of 1 cells failed" in capsys.readouterr().err
+    assert "sagerl study: 1 of 1 runs failed" in capsys.readouterr().err
 
     from sagerl.study.runner import _recorded_settings
 
@@ -273,3 +273,54 @@ def test_cli_exits_1_when_a_cell_failed_and_dry_run_refuses_changed_cells(tmp_pa
         main(["study", str(path), "--out", str(out), "--dry-run"])
     assert exit_info.value.code == 2
     assert "grpo seed 0: train.beta (unset -> 0.1)" in capsys.readouterr().err
+
+
+def test_aggregate_only_says_how_many_cells_finished(tmp_path, capsys):
+    """``--aggregate-only`` on a half-run study: the table of what is there, and 'N of M cells finished'."""
+    spec = {**BASE, "cells": [{"preset": "grpo"}, {"preset": "grpo+branch"}]}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    cells = load_study(path).cells
+    failed = cells[-1].folder
+    (out / failed).mkdir(parents=True)
+    (out / failed / "cell.json").write_text(json.dumps({"status": "failed", "error": "ValueError: boom"}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["study", str(path), "--out", str(out), "--aggregate-only"])
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert "0 of 2 cells finished (0 of 4 runs: 2 cells x 2 seeds), 1 run failed" in captured.out
+    assert "failed: grpo+branch seed 1: ValueError: boom" in captured.out
+    assert (out / "table.md").is_file() and "1 of 4 runs failed" in captured.err
+
+
+def test_the_study_table_fits_80_columns():
+    from sagerl.study.table import render_terminal
+    from sagerl.tables import render_text
+
+    def summary(mean):
+        keys = [f"pass@{k}/{ds}" for ds in ("planted_common", "planted_rare", "average") for k in (1, 8, 64)]
+        keys += ["solved/planted_common", "solved/planted_rare", "expanded/total", "shrunk/total"]
+        keys += [f"strategy/{s}" for s in ("head", "none", "second", "tail", "third")]
+        keys += ["kl/reference", "entropy"]
+        return {k: {"mean": mean, "ci": [mean / 2, mean * 1.5 if mean < 0.5 else 1.0]} for k in keys}
+
+    names = ["grpo", "grpo+branch@strong@reward@ref-entropy", "grpo+teacher@strong"]
+    data = {
+        "study": "planted-grid",
+        "n": 64,
+        "datasets": ["planted_common", "planted_rare"],
+        "reference": {"pass@1/planted_rare": 0.016, "solved/planted_rare": 42},
+        "cells": {
+            name: {"per_seed": {"0": {}, "1": {}}, "failed": {}, "summary": summary(0.278)} for name in names
+        },
+    }
+    text = render_text(render_terminal(data), 80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    for name in names:  # every row label whole, once per part of the split table
+        parts = text.count("planted-grid: mean")
+        assert sum(line == name or line.startswith(name + " ") for line in lines) == parts
+    assert all(f"[13.9, {hi}]" in text for hi in ("41.7",)) and "27.8" in text and "0.139" in text
+    for header in ("planted_common", "pass@64 (%)", "tail share", "KL to ref", "expanded", "shrunk"):
+        assert header in text

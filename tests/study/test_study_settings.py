@@ -112,4 +112,4 @@ def test_cli_runs_each_setting_into_its_folder(tmp_path, capsys):
     main(["study", str(path), "--out", str(out)])
     assert (out / "a" / "table.md").is_file() and (out / "b" / "table.md").is_file()
     assert not (out / "a" / "a").exists()
-    assert "sagerl study: 2 settings, 2 cells" in capsys.readouterr().out
+    assert "sagerl study: 2 settings, 2 runs" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""SAGE's verl config: the README's overrides compose from verl's ppo_trainer.yaml; bad input fails at start-up
+"""SAGE's verl config: the documented overrides (docs/scale.md) compose from verl's ppo_trainer.yaml; bad input fails at start-up
 with one line (in the driver, or in the actor worker's init_model); the verl version is checked."""
 
 import logging
@@ -23,9 +23,9 @@ from sagerl.integrations.verl import SAGEPolicyLossConfig, check_actor_config, c
 from sagerl.integrations.verl.loss import sage_ppo_loss
 from sagerl.integrations.verl.worker import SAGETrainingWorker, sage_loss_fn
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+SCALE_PAGE = Path(__file__).resolve().parents[3] / "docs" / "scale.md"
 ACTOR = "actor_rollout_ref.actor"
-BASE = [  # what every verl command sets besides the model and data (the README leaves them to the user)
+BASE = [  # what every verl command sets besides the model and data (the docs leave them to the user)
     f"{ACTOR}.strategy=fsdp2",
     f"{ACTOR}.ppo_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
@@ -38,8 +38,8 @@ GRPO_KL = [f"{ACTOR}.use_kl_loss=True", f"{ACTOR}.kl_loss_coef=0.05", f"{ACTOR}.
 
 
 def readme_overrides() -> list[str]:
-    """The overrides of the verl command in the README's '### verl' section."""
-    section = README.read_text().split("### verl", 1)[1]
+    """The overrides of the verl command in the '## verl' section of docs/scale.md (moved from the README)."""
+    section = SCALE_PAGE.read_text().split("## verl", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return command_overrides(block)
 

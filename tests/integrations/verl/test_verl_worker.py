@@ -1,6 +1,6 @@
 """One real actor update through verl's worker (``ActorRolloutRefWorker(role="actor")``) with SAGE, on CPU.
 
-The config is verl's ``ppo_trainer.yaml`` with the README's SAGE overrides. The step runs verl's own path:
+The config is verl's ``ppo_trainer.yaml`` with the SAGE overrides of docs/scale.md. The step runs verl's own path:
 ``init_model`` (FSDP2, one gloo process), ``compute_log_prob`` (old log-probs and entropies, as the trainer
 computes them) and ``update_actor`` over two micro-batches. Its logged loss, KL and q statistics must be what
 :mod:`sagerl.objective` says for the same tensors, and the weights must move.

@@ -1,0 +1,68 @@
+"""A griffe extension for the API reference: sagerl's docstrings use a few reStructuredText spellings
+(``:func:`name```, ``Layout::`` before a literal block) and name parameters that share a description on
+one line (``q_min, q_max: the clamp``); rewrite them as Markdown and Google style when griffe reads a
+docstring, so that they render as code and as one entry per parameter (griffe then still checks every
+documented name against the signature). Loaded by mkdocs.yml
+(``plugins.mkdocstrings.handlers.python.options.extensions``); nothing else uses it."""
+
+from __future__ import annotations
+
+import re
+
+import griffe
+
+ROLE = re.compile(r":(?:func|mod|class|data|attr|meth|exc|obj|const|py:\w+):`~?([^`]+)`")
+LITERAL = re.compile(r"::\s*$", re.M)
+SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Params|Attributes|Keyword Args):\s*$")
+GROUPED = re.compile(r"^(\s+)([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)(\s*\([^)]*\))?:(.*)$")
+
+
+def split_grouped_parameters(text: str) -> str:
+    """``a, b: text`` inside an Args/Attributes section -> ``a: text`` and ``b: text`` (continuation
+    lines copied under each)."""
+    lines = text.splitlines()
+    out: list[str] = []
+    section_indent = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        header = SECTION.match(line)
+        if header:
+            section_indent = len(header[1])
+            out.append(line)
+            i += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        if line.strip() and section_indent is not None and indent <= section_indent:
+            section_indent = None
+        grouped = GROUPED.match(line) if section_indent is not None else None
+        if grouped is None:
+            out.append(line)
+            i += 1
+            continue
+        block = []
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+            block.append(lines[i])
+            i += 1
+        trailing = []
+        while block and not block[-1].strip():
+            trailing.append(block.pop())
+        for name in re.split(r"\s*,\s*", grouped[2]):
+            out.append(f"{grouped[1]}{name}{grouped[3] or ''}:{grouped[4]}")
+            out.extend(block)
+        out.extend(trailing)
+    return "\n".join(out)
+
+
+def rst_to_markdown(text: str) -> str:
+    """``:func:`x``` -> ```x``` (a code span); a line ending in ``::`` ends in ``:`` (the indented block
+    under it is a Markdown code block already)."""
+    text = ROLE.sub(lambda m: f"`{m[1]}`", text)
+    return split_grouped_parameters(LITERAL.sub(":", text))
+
+
+class RstRoles(griffe.Extension):
+    def on_instance(self, *, obj: griffe.Object, **kwargs) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = rst_to_markdown(obj.docstring.value)

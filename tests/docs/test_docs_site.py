@@ -1,0 +1,136 @@
+"""The documentation site builds in strict mode, and the README is a landing page whose links all exist.
+
+A broken link, a broken anchor, a page missing from (or only in) the navigation, or a docstring griffe
+cannot parse fails ``mkdocs build --strict``; the tests below break each on purpose in a copy of the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+MKDOCS = [sys.executable, "-m", "mkdocs"]
+
+
+def _build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(
+        [*MKDOCS, "build", "--strict", "--site-dir", str(site)],
+        cwd=config_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    result = _build(ROOT, tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for page in ("index.html", "train.html", "api/objective.html", "planted/passk.png"):
+        assert (tmp_path / "site" / page).is_file(), page
+    api = (tmp_path / "site" / "api" / "objective.html").read_text(encoding="utf-8")
+    assert "sage_loss" in api and "branch_guide" in api and ":func:`" not in api  # docstrings rendered
+
+
+@pytest.fixture
+def docs_copy(tmp_path) -> Path:
+    """mkdocs.yml, docs/ and the sources mkdocstrings reads, copied to a scratch folder."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    shutil.copytree(ROOT / "sagerl", copy / "sagerl", ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _nav_pages(config: Path) -> list[str]:
+    def walk(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from walk(value)
+
+    return list(walk(yaml.safe_load(config.read_text(encoding="utf-8"))["nav"]))
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("link", "nowhere.md"),
+        ("anchor", "#no-such-heading"),
+        ("orphan page", "orphan.md"),
+        ("missing page", "missing.md"),
+        ("docstring", "'nope'"),
+    ],
+)
+def test_a_broken_link_page_or_docstring_fails_the_build(docs_copy, tmp_path, breakage, message):
+    page = docs_copy / "docs" / "train.md"
+    if breakage == "link":
+        page.write_text(page.read_text() + "\nSee [the lost page](nowhere.md).\n")
+    elif breakage == "anchor":
+        page.write_text(page.read_text() + "\nSee [grading](evaluate.md#no-such-heading).\n")
+    elif breakage == "orphan page":
+        (docs_copy / "docs" / "orphan.md").write_text("# Orphan\n")
+    elif breakage == "missing page":
+        config = docs_copy / "mkdocs.yml"
+        config.write_text(
+            config.read_text().replace("  - Train: train.md\n", "  - Train: train.md\n  - Lost: missing.md\n")
+        )
+    else:  # a documented parameter the function does not have
+        target = docs_copy / "sagerl" / "eval" / "passk.py"
+        text = target.read_text()
+        source = text.replace(
+            'def pass_at_k(n: int, c: int, k: int) -> float:\n    """',
+            'def pass_at_k(n: int, c: int, k: int) -> float:\n    """Args:\n        nope: not a parameter.\n\n    ',
+            1,
+        )
+        assert source != text
+        target.write_text(source)
+    result = _build(docs_copy, tmp_path / "site")
+    assert result.returncode != 0, f"the build passed with a {breakage}"
+    assert message in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
+    docs = ROOT / "docs"
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md") if "_ext" not in p.parts}
+    nav = _nav_pages(ROOT / "mkdocs.yml")
+    assert sorted(set(nav)) == sorted(nav), "a page is in the nav twice"
+    assert set(nav) == pages
+
+
+def test_readme_is_a_landing_page_whose_links_exist():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert "make demo" in text and "make test" in text
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [link for link in links if not re.match(r"^[a-z]+://", link)]
+    assert local, "the README links no page"
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = (README.parent / path).resolve()
+        assert target.exists(), f"README links {link}, which does not exist"
+        if anchor and target.suffix == ".md":
+            slugs = {_slug(h) for h in re.findall(r"^#+\s+(.*)$", target.read_text(encoding="utf-8"), re.M)}
+            assert anchor in slugs, f"README links {link}: no heading with that anchor in {path}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (toc) gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    text = re.sub(r"[^\w\s-]", "", text)
+    return re.sub(r"[\s]+", "-", text)

@@ -1,0 +1,61 @@
+"""A hub model id is checked when a command starts: offline, one line naming HF_HUB_OFFLINE and --model."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sagerl.cli import main
+from sagerl.errors import ConfigError, ModelLoadError
+from sagerl.models import check_model
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")  # an empty hub cache
+
+
+def test_an_uncached_hub_id_is_refused_offline_in_one_line(offline):
+    with pytest.raises(ModelLoadError) as error:
+        check_model("Qwen/Qwen2.5-Math-1.5B")
+    message = str(error.value)
+    assert "\n" not in message and "'Qwen/Qwen2.5-Math-1.5B'" in message
+    assert "HF_HUB_OFFLINE" in message and "--model PATH" in message
+
+
+def test_built_in_names_and_local_folders(offline, tmp_path, monkeypatch, tiny_model):
+    import sagerl.models
+
+    monkeypatch.setattr(sagerl.models, "resolve_model", lambda name: pytest.fail(f"built {name}"))
+    for name in (None, "smollm2-135m-instruct", "planted-reference", "planted-teacher"):
+        check_model(name)  # nothing is built or loaded to check a built-in name
+    monkeypatch.undo()
+    check_model(str(tiny_model))
+    with pytest.raises(ModelLoadError, match="no config.json in"):
+        check_model(str(tmp_path))
+    with pytest.raises(ModelLoadError, match="does not load") as error:  # a path is not a hub id
+        check_model(str(tmp_path / "nowhere"))
+    assert "HF_HUB_OFFLINE" not in str(error.value)
+
+
+def test_eval_and_study_refuse_it_before_writing_anything(offline, tmp_path, capsys):
+    out = tmp_path / "eval"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "-m", "Qwen/Nope-7B", "-d", "arith", "--limit", "1", "-n", "1", "-o", str(out)])
+    assert exit_info.value.code == 2 and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "HF_HUB_OFFLINE" in err
+
+    path = tmp_path / "study.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"model": "Qwen/Nope-7B", "eval": {"datasets": ["arith"]}, "cells": [{"preset": "grpo"}]}
+        )
+    )
+    from sagerl.study import load_study
+
+    with pytest.raises(
+        ConfigError, match=r"study\.yaml: model 'Qwen/Nope-7B' is not a local folder.*HF_HUB_OFFLINE"
+    ):
+        load_study(path)
