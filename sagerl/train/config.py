@@ -314,6 +314,16 @@ class SAGEConfig(GRPOConfig):
             raise ConfigError(
                 "max_num_gen_batches refills DAPO's dynamic sampling: set dynamic_sampling=True"
             )
+        local_rollouts = self.per_device_train_batch_size * (
+            self.steps_per_generation or self.gradient_accumulation_steps
+        )
+        if self.dynamic_sampling and self.max_num_gen_batches != 1 and local_rollouts % self.num_generations:
+            raise ConfigError(
+                f"max_num_gen_batches={self.max_num_gen_batches} refills whole groups on each process: its rollout "
+                f"batch (per_device_train_batch_size x steps_per_generation = {local_rollouts}) must be a multiple "
+                f"of num_generations={self.num_generations}; or set max_num_gen_batches=1 (drop equal-reward "
+                "groups without refill)"
+            )
 
     @property
     def advantage_params(self) -> dict:

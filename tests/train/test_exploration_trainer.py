@@ -142,6 +142,22 @@ def test_bad_settings_fail_at_config_time(overrides, message, tmp_path):
         SAGEConfig(**{**base, **overrides})
 
 
+def test_refill_needs_whole_groups_on_each_process(tmp_path):
+    # one process always holds whole groups (TRL checks the generation batch); on N processes a process's
+    # share may not: per_device_train_batch_size 6 of num_generations 4, as on 2 processes with 12 rows
+    args = SAGEConfig(
+        output_dir=str(tmp_path), num_generations=GROUP, per_device_train_batch_size=8, use_cpu=True,
+        dynamic_sampling=True, max_num_gen_batches=3,
+    )  # fmt: skip
+    args.per_device_train_batch_size = 6
+    with pytest.raises(
+        ConfigError, match=r"rollout batch \(per_device_train_batch_size x steps_per_generation = 6\)"
+    ):
+        args._check_exploration_methods()
+    args.max_num_gen_batches = 1
+    args._check_exploration_methods()  # filter only: fine
+
+
 def test_kl_cov_is_accepted_off_policy(tmp_path):
     base = dict(
         output_dir=str(tmp_path), num_generations=GROUP, per_device_train_batch_size=GROUP, use_cpu=True
