@@ -311,7 +311,7 @@ class HFSampler(Sampler):
 
         with torch.inference_mode():
             out = self._forward(ids, mask, pos, cache=None, logits_to_keep=1)
-            cache = out.cache
+            cache = output_cache(out)
             expand = torch.tensor(row_slot, device=self.device)
             cache.batch_select_indices(expand)
             logits = out.logits[:, -1, :].float().index_select(0, expand)
@@ -356,15 +356,31 @@ class HFSampler(Sampler):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
             use_cache=True,
         )
+        kwargs[cache_argument(self.model)] = cache
         if getattr(self, "_supports_logits_to_keep", True):
             try:
                 return self.model(**kwargs, logits_to_keep=logits_to_keep)
             except TypeError:
                 self._supports_logits_to_keep = False
         return self.model(**kwargs)
+
+
+def cache_argument(model) -> str:
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` (transformers >= 5.2x) or
+    ``past_key_values`` (earlier 5.x, e.g. 5.17 in .venv-vllm), whose forward would swallow ``cache=`` into
+    its ``**kwargs`` and silently recompute everything without it."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params or "past_key_values" not in params else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward pass returned (``out.cache``, or ``out.past_key_values`` before it was renamed)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _validate_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:
