@@ -48,7 +48,7 @@ def test_vllm_samples_from_the_policy_of_the_last_optimizer_step(run):
     assert max(worst) < TOLERANCE, worst
     moved = [
         max(abs(a - b) for a, b in zip(r0["policy"], r1["policy"], strict=True))
-        for r0, r1 in zip(records, records[1:])
+        for r0, r1 in zip(records, records[1:], strict=False)
     ]
     assert min(moved) > 10 * TOLERANCE, moved  # each step moved the policy by more than the test can blur
     assert len(run["losses"]) == 3
