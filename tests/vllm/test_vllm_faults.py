@@ -65,10 +65,17 @@ def whole_lines(path: Path) -> int:
     return sum(1 for line in data.splitlines() if json.loads(line))
 
 
+def start(args: list[str], log: Path) -> subprocess.Popen:
+    """The eval in its own session (signals to it reach nothing else), its output in ``log`` (vLLM logs a
+    lot: a pipe left unread would fill and block it)."""
+    with open(log, "w") as f:
+        return subprocess.Popen(args, env=env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def wait_for_lines(proc: subprocess.Popen, path: Path, count: int, timeout: float = 400) -> None:
     deadline = time.monotonic() + timeout
     while not (path.exists() and path.read_bytes().count(b"\n") >= count):
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, "the eval ended before writing its first batches"
         assert time.monotonic() < deadline, "the eval never wrote its first batches"
         time.sleep(0.05)
 
@@ -98,13 +105,11 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
 
     # (1) SIGKILL the eval after two batches
     out = tmp_path / "killed"
-    proc = subprocess.Popen(
-        eval_args(vllm_tiny_model, data, out), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "killed.log")
     wait_for_lines(proc, out / "samples.jsonl", 8)
     family = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
+    proc.wait(timeout=60)
     # vLLM's engine processes outlive a SIGKILLed parent (they wait on their sockets): end the ones we started
     _, alive = psutil.wait_procs(family, timeout=20)
     for leftover in alive:
@@ -119,19 +124,14 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
 
     # (2) kill the engine's worker while the eval samples
     out = tmp_path / "worker"
-    proc = subprocess.Popen(
-        eval_args(vllm_tiny_model, data, out),
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "worker.log")
     wait_for_lines(proc, out / "samples.jsonl", 8)
     engine_worker(proc).send_signal(signal.SIGKILL)
-    _, err = proc.communicate(timeout=300)
+    proc.wait(timeout=300)
+    err = (tmp_path / "worker.log").read_text()
     assert proc.returncode != 0
-    last = [line for line in err.splitlines() if line.strip()][-1]
-    assert "vLLM's engine died" in last and "rerun the same command to resume" in last, err[-3000:]
+    said = [line for line in err.splitlines() if "vLLM's engine died" in line]
+    assert said and "rerun the same command to resume" in said[-1], err[-3000:]
     kept = whole_lines(out / "samples.jsonl")
     assert 8 <= kept < 40
     done = subprocess.run(

@@ -45,6 +45,7 @@ if __name__ == "__main__":
         report_to="none",
         save_strategy="no",
         use_cpu=True,
+        bf16=False,  # TRL's default bf16 autocasts the policy; here both sides are float32
         seed=0,
         logging_steps=1,
     )
