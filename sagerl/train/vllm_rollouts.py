@@ -16,7 +16,7 @@ Generation stays TRL's (``trl.generation.vllm_generation.VLLMGeneration``); this
   embeddings (the reload re-creates the embedding parameter, and the LM head kept the old one and its packed
   copy), then resets the prefix cache, as TRL does.
 
-Tested here (tests/vllm/test_train_vllm.py, CPU, fp32 with ``bf16=False``; TRL's default bf16 autocast makes
+Tested here (tests/integrations/vllm/test_train_vllm.py, CPU, fp32 with ``bf16=False``; TRL's default bf16 autocast makes
 the trainer differ from the float32 engine by bfloat16 rounding): the embedded SmolLM2 trains for several steps in
 colocate mode, and at each rollout the log-probs vLLM reports for a fixed completion equal the trainer's
 policy (the policy after the previous optimizer step) within the tolerance given there; with TRL's

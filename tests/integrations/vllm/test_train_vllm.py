@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TOLERANCE = 2e-3  # nats, per token
 
 
@@ -30,7 +30,7 @@ def run(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests/vllm/train_colocate.py"), str(out / "r.json"), str(out / "run")],
+        [sys.executable, str(ROOT / "tests/integrations/vllm/train_colocate.py"), str(out / "r.json"), str(out / "run")],
         env=env,
         capture_output=True,
         text=True,

@@ -4,7 +4,7 @@
   likely tokens are within ``NEAR_TIE`` nats of each other; from there on the two runs are different
   continuations. Why a tie can flip: vLLM's CPU kernels (oneDNN GEMMs on repacked weights, its own
   attention) and torch's sum in other orders; in fp32 the log-probs of the two differ by ~1e-5 to 1e-4
-  nats here (tests/vllm/test_train_vllm.py measures it), so only a near tie can change the argmax.
+  nats here (tests/integrations/vllm/test_train_vllm.py measures it), so only a near tie can change the argmax.
 - Seeds: each sample has its own seed; the same seeds give the same completions alone or among many other
   requests, and a call with more prompt tokens than one engine step takes (which killed the engine with
   per-request seeds before, "CPU Generator does not use offset") completes.

@@ -1,8 +1,8 @@
-"""Run by tests/vllm/test_train_vllm.py in its own process (vLLM's colocated engine lives in the trainer's
+"""Run by tests/integrations/vllm/test_train_vllm.py in its own process (vLLM's colocated engine lives in the trainer's
 process): SAGETrainer with use_vllm=True, vllm_mode="colocate" trains the embedded SmolLM2 on vLLM's CPU
 engine, then checks the loss with TRL's importance-sampling correction. Writes what it measured as JSON.
 
-    python tests/vllm/train_colocate.py OUT.json
+    python tests/integrations/vllm/train_colocate.py OUT.json
 """
 
 from __future__ import annotations
