@@ -30,7 +30,12 @@ def run(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests/integrations/vllm/train_colocate.py"), str(out / "r.json"), str(out / "run")],
+        [
+            sys.executable,
+            str(ROOT / "tests/integrations/vllm/train_colocate.py"),
+            str(out / "r.json"),
+            str(out / "run"),
+        ],
         env=env,
         capture_output=True,
         text=True,
