@@ -5,9 +5,10 @@ At every rollout (TRL syncs the weights into vLLM right before it) and once afte
 vLLM reports for a fixed 14-token completion equal the trainer's policy log-probs within ``TOLERANCE``.
 Why that tolerance: both sides compute in float32 (sagerl gives the colocated engine the checkpoint's
 dtype); they differ only by summation order (vLLM's oneDNN GEMMs on repacked weights and its own attention
-kernel, against torch's), which measured 1e-5 to 1e-4 nats on this 30-layer model; bfloat16 in vLLM would
-differ by ~0.1 nats (seen on the tiny model before the dtype fix), a stale weight copy by more than the
-step-to-step change, which the test requires to be over 10x the tolerance.
+kernel, against torch's), which measured 1.0e-5 to 2.4e-5 nats on this 30-layer model (2026-12-01), 20x
+below the tolerance; bfloat16 in either would differ by ~0.1 nats (measured: 0.13 with TRL's default bf16
+autocast in the trainer), a stale weight copy by the step-to-step change (0.16 to 0.34 nats measured), which
+the test requires to be over 10x the tolerance.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-TOLERANCE = 2e-3  # nats, per token
+TOLERANCE = 5e-4  # nats, per token
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """Faults of ``sagerl eval --backend vllm``, with real processes (vLLM's CPU engine, a tiny random model).
 
-An uninterrupted run gives the reference samples. Then (1) the eval is killed with SIGKILL after its first
-batches are written, and rerun; (2) the engine's worker process is killed while it samples: the eval stops
-with one line naming what happened and the fix, ``samples.jsonl`` holds whole lines only, and a rerun
-resumes. Both end with exactly the reference's samples and pass@k.
+An uninterrupted run gives the reference samples. Then, in one run folder: (1) the eval is killed with
+SIGKILL after its first batches are written; (2) its rerun resumes, and the engine's worker process is killed
+while it samples: the eval stops with one line naming what happened and the fix, ``samples.jsonl`` holds
+whole lines only; (3) the next rerun finishes with exactly the reference's samples and pass@k.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[3]
+TOTAL = 80  # samples: 20 problems x 4, in batches of 4
 
 
 def env() -> dict[str, str]:
@@ -92,7 +93,7 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
     data.write_text(
         "".join(
             json.dumps({"id": f"p{i}", "problem": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
-            for i in range(10)
+            for i in range(TOTAL // 4)
         )
     )
     ref = tmp_path / "ref"
@@ -101,10 +102,10 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     expected = samples(ref)
-    assert len(expected) == 40
+    assert len(expected) == TOTAL
 
     # (1) SIGKILL the eval after two batches
-    out = tmp_path / "killed"
+    out = tmp_path / "run"
     proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "killed.log")
     wait_for_lines(proc, out / "samples.jsonl", 8)
     family = psutil.Process(proc.pid).children(recursive=True)
@@ -115,25 +116,21 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
     for leftover in alive:
         leftover.kill()
     psutil.wait_procs(alive, timeout=30)
-    assert 8 <= whole_lines(out / "samples.jsonl") < 40
-    done = subprocess.run(
-        eval_args(vllm_tiny_model, data, out), env=env(), capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert samples(out) == expected
+    first = whole_lines(out / "samples.jsonl")
+    assert 8 <= first < TOTAL
 
-    # (2) kill the engine's worker while the eval samples
-    out = tmp_path / "worker"
+    # (2) the rerun resumes; kill its engine's worker while it samples
     proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "worker.log")
-    wait_for_lines(proc, out / "samples.jsonl", 8)
+    wait_for_lines(proc, out / "samples.jsonl", first + 8)
     engine_worker(proc).send_signal(signal.SIGKILL)
     proc.wait(timeout=300)
     err = (tmp_path / "worker.log").read_text()
     assert proc.returncode != 0
     said = [line for line in err.splitlines() if "vLLM's engine died" in line]
     assert said and "rerun the same command to resume" in said[-1], err[-3000:]
-    kept = whole_lines(out / "samples.jsonl")
-    assert 8 <= kept < 40
+    assert first + 8 <= whole_lines(out / "samples.jsonl") < TOTAL
+
+    # (3) the next rerun finishes: the samples and pass@k of the uninterrupted run
     done = subprocess.run(
         eval_args(vllm_tiny_model, data, out), env=env(), capture_output=True, text=True, timeout=600
     )
