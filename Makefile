@@ -72,7 +72,7 @@ test-verl: setup-verl
 
 # vLLM's CPU tests, in .venv-vllm (the main suite skips them: vLLM is not installed in .venv).
 test-vllm: setup-vllm
-	$(VLLM_BIN)/python -m pytest -q tests/integrations/vllm
+	$(VLLM_BIN)/python -m pytest -q tests/integrations/vllm tests/train/test_vllm_refusals.py
 
 lint: setup
 	$(BIN)/ruff check sagerl tests benchmarks

@@ -22,8 +22,9 @@ colocate mode, and at each rollout the log-probs vLLM reports for a fixed comple
 policy (the policy after the previous optimizer step) within the tolerance given there; with TRL's
 ``vllm_importance_sampling_correction`` (on by default) the SAGE loss equals TRL's loss on the same batch
 (plain GRPO) and weights only the surrogate term, as TRL does. GPU only, not run here: the CUDA engine, sleep
-mode, tensor parallelism, ``vllm_mode="server"`` (``trl vllm-serve`` needs CUDA and NCCL for the weight
-broadcast; see docs/vllm.md).
+mode, tensor parallelism, ``vllm_mode="server"`` (TRL 1.16 syncs weights to ``trl vllm-serve`` through vLLM's
+NCCL weight-transfer engine and raises NotImplementedError on a non-CUDA device; sagerl refuses it at once
+without CUDA; see docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def check_vllm_training(args: Any) -> None:
         args: the trainer's ``GRPOConfig`` / ``SAGEConfig``.
 
     Raises:
-        ConfigError: vLLM is not installed (naming ``make setup-vllm``); CPU memory or cores.
+        ConfigError: vLLM is not installed (naming ``make setup-vllm``); server mode without CUDA; CPU memory
+            or cores.
     """
     if not getattr(args, "use_vllm", False):
         return
@@ -51,6 +53,13 @@ def check_vllm_training(args: Any) -> None:
         raise ConfigError(
             "use_vllm=True needs vLLM in this environment: run `make setup-vllm` and train with "
             ".venv-vllm/bin/sagerl (CPU), or `pip install 'sagerl[vllm]'` on a GPU machine"
+        )
+    import torch
+
+    if args.vllm_mode == "server" and not torch.cuda.is_available():
+        raise ConfigError(
+            "vllm_mode='server' needs a CUDA device: TRL sends the trained weights to `trl vllm-serve` through "
+            "vLLM's NCCL weight-transfer engine; without a GPU use vllm_mode='colocate'"
         )
     if args.vllm_mode != "colocate":
         return

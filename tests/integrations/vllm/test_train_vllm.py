@@ -2,7 +2,7 @@
 process): the embedded SmolLM2 trains for 3 steps, and the policy vLLM samples from is the trained one.
 
 At every rollout (TRL syncs the weights into vLLM right before it) and once after training, the log-probs
-vLLM reports for a fixed 14-token completion equal the trainer's policy log-probs within ``TOLERANCE``.
+vLLM reports for a fixed 17-token completion equal the trainer's policy log-probs within ``TOLERANCE``.
 Why that tolerance: both sides compute in float32 (sagerl gives the colocated engine the checkpoint's
 dtype); they differ only by summation order (vLLM's oneDNN GEMMs on repacked weights and its own attention
 kernel, against torch's), which measured 1.0e-5 to 2.4e-5 nats on this 30-layer model (2026-12-01), 20x
