@@ -36,7 +36,7 @@ if __name__ == "__main__":
         vllm_mode="colocate",
         per_device_train_batch_size=4,
         num_generations=4,
-        max_completion_length=12,
+        max_completion_length=8,
         max_steps=3,
         learning_rate=2e-5,
         beta=0.05,
