@@ -105,11 +105,12 @@ def test_sampled_passk_agrees_with_the_hf_backend(samplers, tmp_path):
     from sagerl.eval.runner import evaluate
 
     vllm, hf = samplers
-    common = dict(n=4, limit=8, max_new_tokens=32, temperature=1.0, seed=3, progress=False)
+    common = dict(n=4, limit=8, max_new_tokens=96, temperature=1.0, seed=3, progress=False)
     ours = evaluate(None, ["arith"], out=tmp_path / "vllm", sampler=vllm, **common)
     theirs = evaluate(None, ["arith"], out=tmp_path / "hf", sampler=hf, **common)
     assert ours["meta"]["backend"] == "vllm" and theirs["meta"]["backend"] == "hf"
     a, b = ours["datasets"]["arith"], theirs["datasets"]["arith"]
+    assert a["pass@4"] + b["pass@4"] > 0  # something is solved, so the comparison can fail
     for k in (1, 4):
         (lo_a, hi_a), (lo_b, hi_b) = a["ci"][f"pass@{k}"], b["ci"][f"pass@{k}"]
         assert lo_a <= hi_b and lo_b <= hi_a, (k, a[f"pass@{k}"], b[f"pass@{k}"])
