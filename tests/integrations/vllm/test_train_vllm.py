@@ -63,8 +63,8 @@ def test_vllm_samples_from_the_policy_of_the_last_optimizer_step(run):
 
 
 def test_importance_sampling_correction_with_the_sage_loss(run):
-    # TRL's per-token ratio exp(old − vLLM log-probs), clipped (vllm_importance_sampling_correction=True)
-    assert len(run["ratio_shape"]) == 2
+    # TRL's ratio π_old/π_vLLM (default sequence_mask: one per sequence, (B, 1)), from vllm_importance_sampling_correction
+    assert run["ratio_shape"] == [8, 1]
     lo, hi = run["ratio_min_max"]
     assert 0.9 < lo <= hi < 1.1
     # perturbed ratios: SAGE's loss without a guide is TRL's GRPO loss, ratio included, and the ratio matters
