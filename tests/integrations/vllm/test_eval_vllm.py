@@ -149,3 +149,20 @@ def test_a_model_vllm_cannot_build_fails_in_one_line(tmp_path):
     with pytest.raises((EngineError, ModelLoadError)) as err:
         VLLMSampler(str(tmp_path))
     assert "\n" not in str(err.value)
+
+
+def test_with_chunked_prefill_seeded_requests_kill_the_cpu_engine():
+    """The failure sagerl's CPU settings avoid, reproduced: vLLM's default chunked prefill with a small step
+    budget, 320 seeded requests of ~150-token prompts. vLLM's worker raises "CPU Generator does not use
+    offset" (in its log) and the caller gets one line saying the engine died and how to resume."""
+    from sagerl.eval.vllm_backend import EngineError
+
+    sampler = VLLMSampler(None, dtype="float32", enable_chunked_prefill=True, max_num_batched_tokens=2048)
+    try:
+        prompts = prompts_of(sampler, 8)
+        with pytest.raises(
+            EngineError, match=r"engine died while sampling.*rerun the same command to resume"
+        ):
+            sampler.generate(prompts, 40, max_new_tokens=4, temperature=1.0)
+    finally:
+        sampler.close()
