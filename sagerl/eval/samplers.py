@@ -1,4 +1,5 @@
-"""Sampling backends behind one interface: :class:`HFSampler` (transformers) and :class:`VLLMSampler`.
+"""Sampling backends behind one interface: :class:`HFSampler` (transformers) and ``VLLMSampler``
+(:mod:`sagerl.eval.vllm_backend`, importable from here too).
 
 Every backend implements :meth:`Sampler.generate`: for each prompt, draw some completions and return, for
 each, its text (prompt and special tokens excluded), its number of completion tokens and why it ended
@@ -310,7 +311,7 @@ class HFSampler(Sampler):
 
         with torch.inference_mode():
             out = self._forward(ids, mask, pos, cache=None, logits_to_keep=1)
-            cache = out.cache
+            cache = output_cache(out)
             expand = torch.tensor(row_slot, device=self.device)
             cache.batch_select_indices(expand)
             logits = out.logits[:, -1, :].float().index_select(0, expand)
@@ -355,15 +356,31 @@ class HFSampler(Sampler):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
             use_cache=True,
         )
+        kwargs[cache_argument(self.model)] = cache
         if getattr(self, "_supports_logits_to_keep", True):
             try:
                 return self.model(**kwargs, logits_to_keep=logits_to_keep)
             except TypeError:
                 self._supports_logits_to_keep = False
         return self.model(**kwargs)
+
+
+def cache_argument(model) -> str:
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` (transformers >= 5.2x) or
+    ``past_key_values`` (earlier 5.x, e.g. 5.17 in .venv-vllm), whose forward would swallow ``cache=`` into
+    its ``**kwargs`` and silently recompute everything without it."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params or "past_key_values" not in params else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward pass returned (``out.cache``, or ``out.past_key_values`` before it was renamed)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _validate_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:
@@ -375,101 +392,6 @@ def _validate_sampling(max_new_tokens: int, temperature: float, top_p: float) ->
         raise ConfigError(f"top_p must be in (0, 1], got {top_p}")
 
 
-class VLLMSampler(Sampler):
-    """vLLM backend (GPU), an optional extra: ``pip install sagerl[vllm]``.
-
-    UNTESTED on this project's CPU machine (vLLM is not installed there). Written against vLLM's
-    documented offline API: ``LLM(model=..., dtype=..., seed=...)``, ``SamplingParams(n, temperature,
-    top_p, max_tokens, seed, skip_special_tokens)`` and ``LLM.generate(prompts, sampling_params_list)``,
-    whose ``RequestOutput.outputs[0]`` has ``text``, ``token_ids`` and ``finish_reason``.
-
-    Each sample is its own request (``n=1``) carrying its own seed, so samples are reproducible one by one
-    and a resumed run matches an uninterrupted one; vLLM's prefix caching shares the prompt's prefill
-    between the n requests of a prompt. Prompts are passed as token ids (``{"prompt_token_ids": [...]}``),
-    tokenised as :class:`HFSampler` does, so a chat template's BOS is not doubled.
-
-    Args:
-        model: a path or hub id, or None for the embedded model (converted to a local HF folder).
-        dtype: vLLM dtype (``"auto"``, ``"bfloat16"``...).
-        seed: engine seed.
-        chunk_size: sequences handed to vLLM per call (and checkpoint granularity of the runner).
-        **llm_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``...).
-
-    Raises:
-        SagerlError: vLLM is not installed.
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        dtype: str = "auto",
-        seed: int = 0,
-        chunk_size: int = 4096,
-        **llm_kwargs,
-    ) -> None:
-        try:
-            import vllm
-        except ImportError as exc:
-            raise SagerlError("the vllm backend needs vLLM: pip install sagerl[vllm]") from exc
-        from sagerl.models import load_tokenizer, resolve_model
-
-        self._vllm = vllm
-        path = resolve_model(model)
-        self.tokenizer = load_tokenizer(model)
-        self.dtype = dtype
-        self.chunk_size = int(chunk_size)
-        self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, **llm_kwargs)
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        n: int | Sequence[int],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        sample_seeds: Sequence[Sequence[int]] | None = None,
-    ) -> list[list[Completion]]:
-        """See :meth:`Sampler.generate`. Temperature 0 sends one request per prompt and repeats it."""
-        _validate_sampling(max_new_tokens, temperature, top_p)
-        seeds = _normalise_requests(prompts, n, seed, sample_seeds)
-        greedy = temperature <= 0
-        # Token ids, tokenised like HFSampler does (no second BOS in front of a chat template's own).
-        add_special = not getattr(self.tokenizer, "chat_template", None)
-        requests, params, owners = [], [], []
-        for i, row in enumerate(seeds):
-            ids = None
-            for s in row[:1] if greedy else row:
-                if ids is None:
-                    ids = self.tokenizer(prompts[i], add_special_tokens=add_special)["input_ids"]
-                requests.append({"prompt_token_ids": list(ids)})
-                params.append(
-                    self._vllm.SamplingParams(
-                        n=1,
-                        temperature=float(temperature),
-                        top_p=float(top_p),
-                        max_tokens=int(max_new_tokens),
-                        seed=int(s) % (2**31),
-                        skip_special_tokens=True,
-                    )
-                )
-                owners.append(i)
-        results: list[list[Completion]] = [[] for _ in prompts]
-        if not requests:
-            return results
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        for i, req in zip(owners, outputs, strict=True):
-            out = req.outputs[0]
-            reason = out.finish_reason if out.finish_reason in ("stop", "length") else str(out.finish_reason)
-            comp = Completion(out.text, len(out.token_ids), reason)
-            results[i].extend([comp] * len(seeds[i]) if greedy else [comp])
-        return results
-
-
 def make_sampler(
     backend: str,
     model: str | None,
@@ -477,15 +399,33 @@ def make_sampler(
     batch_size: int | None = None,
     dtype: str = "auto",
     seed: int = 0,
+    vllm_args: dict[str, Any] | None = None,
 ) -> Sampler:
     """Build the sampler for ``backend`` (``"hf"`` or ``"vllm"``), loading the model once.
 
+    Args:
+        vllm_args: extra ``vllm.LLM`` keyword arguments (vllm backend only).
+
     Raises:
-        ConfigError: unknown backend. SagerlError: vLLM missing. ModelLoadError: the model does not load.
+        ConfigError: unknown backend, or vllm_args given to another backend. SagerlError: vLLM missing (the
+        message names ``make setup-vllm``). ModelLoadError: the model does not load. EngineError: vLLM's
+        engine did not start.
     """
     if backend == "hf":
+        if vllm_args:
+            raise ConfigError("vllm_args (--vllm-arg) are for --backend vllm")
         return HFSampler(model, dtype=dtype, batch_size=batch_size)
     if backend == "vllm":
-        kwargs = {"chunk_size": batch_size} if batch_size else {}
-        return VLLMSampler(model, dtype=dtype, seed=seed, **kwargs)
+        from sagerl.eval.vllm_backend import VLLMSampler
+
+        return VLLMSampler(model, dtype=dtype, seed=seed, chunk_size=batch_size, **(vllm_args or {}))
     raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+
+
+def __getattr__(name: str):
+    # VLLMSampler lives in sagerl.eval.vllm_backend (it imports this module); kept importable from here.
+    if name == "VLLMSampler":
+        from sagerl.eval.vllm_backend import VLLMSampler
+
+        return VLLMSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,6 +44,7 @@ from sagerl.objective import (
 from sagerl.objective.multi_reward import normalize_then_sum_advantages
 from sagerl.train.config import SAGEConfig
 from sagerl.train.refill import choose_groups, groups_with_spread, merge_rollouts
+from sagerl.train.vllm_rollouts import check_vllm_training, cpu_engine_dtype, install_cpu_weight_sync
 
 
 def _draws_noise(guide: str, params: GuideParams) -> bool:
@@ -106,7 +107,10 @@ class SAGETrainer(GRPOTrainer):
             reward_funcs = funcs
             if args.reward_weights is not None:
                 args.reward_weights = [*args.reward_weights, 1.0]
-        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        check_vllm_training(args)
+        with cpu_engine_dtype(args):
+            super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        install_cpu_weight_sync(self)  # vLLM's CPU engine only (sagerl.train.vllm_rollouts)
 
         self._wants_ref_entropy = args.guide != "none" and args.guide_entropy_source == "reference"
         if self._wants_ref_entropy:
