@@ -277,6 +277,8 @@ def check_command(command: list[str]) -> None:
     """One simple command of a parsed shell block (see the module docstring)."""
     program, args = command[0], command[1:]
     name = Path(program).name
+    if re.fullmatch(r"\.venv[\w-]*/bin/[\w.-]+", program):  # a tool of one of the project's environments
+        program = name
     if program not in KNOWN_PROGRAMS and name not in ("python", "python3"):
         raise AssertionError(
             f"unknown program {program!r}: check it (tests/docs/blocks.py) or mark the block"
