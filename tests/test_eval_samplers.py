@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from sagerl.errors import ConfigError, SagerlError
-from sagerl.eval.samplers import HFSampler, VLLMSampler, make_sampler, sample_next_tokens, sample_seed
+from sagerl.eval.backends import make_sampler
+from sagerl.eval.samplers import HFSampler, sample_next_tokens, sample_seed
+from sagerl.eval.vllm_backend import VLLMSampler
 
 
 def test_sample_next_tokens_follows_the_distribution():

@@ -2,7 +2,7 @@
 
 The rubric (:data:`RUBRIC`) lists the taxonomy of :mod:`sagerl.analysis.patterns` with one line each and
 asks for the labels that apply as a comma-separated list. It goes through the eval samplers
-(:func:`sagerl.eval.samplers.make_sampler`: HF transformers or vLLM, so any local instruct model),
+(:func:`sagerl.eval.backends.make_sampler`: HF transformers or vLLM, so any local instruct model),
 greedily (temperature 0), as a chat turn when the tokenizer has a chat template.
 
 Parsing (:func:`parse_labels`): every taxonomy label named in the answer, in snake_case or with spaces or
@@ -111,7 +111,7 @@ class Judge:
         Raises:
             ModelLoadError: the model does not load. ConfigError: unknown backend.
         """
-        from sagerl.eval.samplers import make_sampler
+        from sagerl.eval.backends import make_sampler
 
         return cls(make_sampler(backend, model), **kwargs)
 

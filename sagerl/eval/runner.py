@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval.backends import make_sampler
 from sagerl.eval.plots import plot_run
 from sagerl.eval.results import summarize, write_results
-from sagerl.eval.samplers import Sampler, make_sampler, sample_seed
+from sagerl.eval.samplers import Sampler, sample_seed
 from sagerl.eval.samples import (
     CONFIG_FILE,
     SAMPLES_FILE,

@@ -1,5 +1,5 @@
-"""Sampling backends behind one interface: :class:`HFSampler` (transformers) and ``VLLMSampler``
-(:mod:`sagerl.eval.vllm_backend`, importable from here too).
+"""Sampling backends behind one interface: :class:`HFSampler` (transformers) here, ``VLLMSampler`` in
+:mod:`sagerl.eval.vllm_backend`; :func:`sagerl.eval.backends.make_sampler` picks one by name.
 
 Every backend implements :meth:`Sampler.generate`: for each prompt, draw some completions and return, for
 each, its text (prompt and special tokens excluded), its number of completion tokens and why it ended
@@ -390,42 +390,3 @@ def _validate_sampling(max_new_tokens: int, temperature: float, top_p: float) ->
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ConfigError(f"top_p must be in (0, 1], got {top_p}")
-
-
-def make_sampler(
-    backend: str,
-    model: str | None,
-    *,
-    batch_size: int | None = None,
-    dtype: str = "auto",
-    seed: int = 0,
-    vllm_args: dict[str, Any] | None = None,
-) -> Sampler:
-    """Build the sampler for ``backend`` (``"hf"`` or ``"vllm"``), loading the model once.
-
-    Args:
-        vllm_args: extra ``vllm.LLM`` keyword arguments (vllm backend only).
-
-    Raises:
-        ConfigError: unknown backend, or vllm_args given to another backend. SagerlError: vLLM missing (the
-        message names ``make setup-vllm``). ModelLoadError: the model does not load. EngineError: vLLM's
-        engine did not start.
-    """
-    if backend == "hf":
-        if vllm_args:
-            raise ConfigError("vllm_args (--vllm-arg) are for --backend vllm")
-        return HFSampler(model, dtype=dtype, batch_size=batch_size)
-    if backend == "vllm":
-        from sagerl.eval.vllm_backend import VLLMSampler
-
-        return VLLMSampler(model, dtype=dtype, seed=seed, chunk_size=batch_size, **(vllm_args or {}))
-    raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
-
-
-def __getattr__(name: str):
-    # VLLMSampler lives in sagerl.eval.vllm_backend (it imports this module); kept importable from here.
-    if name == "VLLMSampler":
-        from sagerl.eval.vllm_backend import VLLMSampler
-
-        return VLLMSampler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
