@@ -170,7 +170,11 @@ def before_after_tables(demo: Demo) -> list:
 def _planted(demo: Demo) -> dict:
     from sagerl.demo_planted import run_planted_comparison
 
-    return run_planted_comparison(demo.settings.out / "planted", log=lambda line: None)
+    return run_planted_comparison(
+        demo.settings.out / "planted",
+        log=None,
+        progress=lambda line: demo.console.print(line, highlight=False),
+    )
 
 
 def planted_tables(demo: Demo) -> list:

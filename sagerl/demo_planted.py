@@ -69,14 +69,24 @@ def rare_support_lines(data: dict) -> list[str]:
     return lines
 
 
-def run_planted_comparison(out: Path, log=print) -> dict:
-    """Run (or resume) the stage into ``out`` and return the study's collected data."""
+def run_planted_comparison(out: Path, log=print, progress=None) -> dict:
+    """Run (or resume) the stage into ``out`` and return the study's collected data.
+
+    Args:
+        log: receives the result lines (:func:`rare_support_lines`); None prints nothing.
+        progress: receives one line per run as it finishes (``[2/4] grpo seed 1: ok (12 s)``); None: quiet.
+    """
     from sagerl.study import run_study
     from sagerl.study.table import collect
 
     study = planted_study()
-    run_study(study, out, log=lambda line: None)
+
+    def runs_only(line: str) -> None:  # the per-run lines, not the reference's or the total's
+        if progress is not None and line.startswith("["):
+            progress(line)
+
+    run_study(study, out, log=runs_only)
     data = collect(study, out)
-    for line in rare_support_lines(data):
+    for line in rare_support_lines(data) if log is not None else ():
         log(line)
     return data
