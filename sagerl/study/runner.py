@@ -204,6 +204,14 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     return status
 
 
+def _init_worker(filters: list) -> None:
+    """A ``run_study(jobs > 1)`` worker starts with its parent's warning filters (spawned processes do not
+    inherit them; the environment, with its progress-bar switches, they do)."""
+    import warnings
+
+    warnings.filters[:] = filters
+
+
 def _run_cell_in_worker(study: Study, out: Path, cell: Cell) -> dict[str, Any]:
     """:func:`run_cell` in a worker process of ``run_study(jobs > 1)``: one torch thread, quiet."""
     import torch
@@ -284,7 +292,11 @@ def run_study(
 
         _prebuild_models(study)
         context = multiprocessing.get_context("spawn")  # no forked torch or tokenizer state
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        import warnings
+
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=context, initializer=_init_worker, initargs=(list(warnings.filters),)
+        ) as pool:
             futures = {pool.submit(_run_cell_in_worker, study, out, cell): (i, cell) for i, cell in todo}
             for future in as_completed(futures):
                 report(*futures[future], future.result())
