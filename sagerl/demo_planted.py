@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-BEST = "nsr"
-"""The exploration method that kept most rare problems in studies/exploration.yaml (docs/methods.md)."""
+BEST = "pkpo"
+"""The exploration method that kept most rare problems in studies/exploration.yaml (docs/methods.md): PKPO kept
+all 64 in each of 10 seeds, against 1.4 for GRPO."""
 SEEDS = (0, 1)
 
 

@@ -21,14 +21,17 @@ from sagerl import demo
 from sagerl.tables import Estimate, FittedTable, render_text
 
 RECORDED = Path(__file__).parent / "data" / "demo"
-PLANTED = {  # what the planted stage collects (sagerl.study.table.collect), the README's grid numbers
+PLANTED = {  # what the planted stage collects (sagerl.study.table.collect): seeds 0 and 1 of exploration.yaml
     "reference": {"solved/planted_rare": 42.0, "pass@1/planted_common": 0.838},
     "cells": {
         name: {
             "per_seed": {"0": {"solved/planted_rare": a}, "1": {"solved/planted_rare": b}},
-            "summary": {"solved/planted_rare": {"mean": (a + b) / 2}, "pass@1/planted_common": {"mean": 0.9}},
+            "summary": {
+                "solved/planted_rare": {"mean": (a + b) / 2},
+                "pass@1/planted_common": {"mean": common},
+            },
         }
-        for name, a, b in (("grpo", 2.0, 0.0), ("nsr", 30.0, 25.0))
+        for name, a, b, common in (("grpo", 1.0, 4.0, 0.932), ("pkpo", 64.0, 64.0, 0.776))
     },
 }
 
@@ -83,7 +86,7 @@ def test_the_demo_output_fits_80_columns(tmp_path):
     row = next(i for i, line in enumerate(lines) if line.startswith("base "))
     assert lines[row + 1].lstrip().startswith("[") and lines[row + 2].startswith(demo.PRESET)
     assert "reference model: 42 of 64 rare problems solved" in text and re.search(
-        r"^nsr\s+30, 25\s+27\.5", text, re.M
+        r"^pkpo\s+64, 64\s+64\.0\s+77\.6%", text, re.M
     )
     for banned in ("it/s", "Loading weights", "Writing model shards", "{'loss'"):
         assert banned not in text
