@@ -9,7 +9,7 @@ def test_the_stage_is_a_valid_study_of_grpo_and_the_best_method():
     study = planted_study()
     assert study.cell_names == ["grpo", BEST]
     assert [c.seed for c in study.cells] == [0, 1, 0, 1]
-    assert study.paired["baseline"] == "grpo" and study.model == "planted-reference"
+    assert study.paired["baselines"] == ["grpo"] and study.model == "planted-reference"
 
 
 def test_printout_on_recorded_results():

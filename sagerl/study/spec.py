@@ -26,7 +26,7 @@ Layout (YAML)::
         seeds: [0]                     # cells grpo+branch@gamma=0.3@tau=0.5, ...; with name: N,
                                        # N@gamma=0.3@tau=0.5, ...
     paired:                            # optional: every cell against a baseline cell, seed by seed
-      baseline: grpo
+      baseline: grpo                   # or a list, [grpo, pkpo]: paired.md, then paired-vs-pkpo.md
       metrics: [solved/planted_rare, pass@1/planted_common, kl/reference]
     settings:                          # optional: the same cells in several settings (model, train, eval,
       - name: rare2                    # seeds overridden; train.set merged), each its own folder and
@@ -117,7 +117,8 @@ class Study:
     cells: list[Cell] = field(default_factory=list)
     source: str = "<study>"
     paired: dict[str, Any] | None = None
-    """``{"baseline": cell name, "metrics": [metric keys]}``: the paired table (:mod:`sagerl.study.table`)."""
+    """``{"baselines": [cell names], "metrics": [metric keys]}``: the paired tables, one per baseline
+    (:mod:`sagerl.study.table`)."""
     setting: str | None = None
     """The name of this study's setting when the file has ``settings`` (its folder under the study's)."""
 
@@ -320,12 +321,16 @@ def _paired(value: Any, cell_names: list[str], source: str) -> dict[str, Any] | 
     value = _mapping(value, f"{source}: paired")
     _unknown(set(value), PAIRED_KEYS, f"{source}: paired")
     baseline = value.get("baseline")
-    if baseline not in cell_names:
-        raise ConfigError(f"{source}: paired.baseline {baseline!r} is not a cell of the study")
+    baselines = baseline if isinstance(baseline, list) and baseline else [baseline]
+    for name in baselines:
+        if name not in cell_names:
+            raise ConfigError(f"{source}: paired.baseline {name!r} is not a cell of the study")
+    if len(set(baselines)) < len(baselines):
+        raise ConfigError(f"{source}: paired.baseline names a cell twice: {baselines}")
     metrics = value.get("metrics", ["solved/total"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         raise ConfigError(f"{source}: paired.metrics must be a non-empty list of metric keys")
-    return {"baseline": baseline, "metrics": list(metrics)}
+    return {"baselines": list(baselines), "metrics": list(metrics)}
 
 
 def _merged(base: dict, setting: dict) -> dict:

@@ -30,7 +30,7 @@ import numpy as np
 
 from sagerl.atomic_files import atomic_write_text
 from sagerl.study.folders import REFERENCE, read_cell_status
-from sagerl.study.spec import Study
+from sagerl.study.spec import Study, safe_name
 
 LAST_STEPS = 5
 PROBABILITIES = ("pass@", "strategy/", "strategy_correct/")
@@ -147,7 +147,13 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
         entry["summary"] = summary
     data["cells"] = cells
     if study.paired is not None:
-        data["paired"] = paired_differences(cells, study.paired)
+        first, *more = study.paired["baselines"]
+        metrics = study.paired["metrics"]
+        data["paired"] = paired_differences(cells, {"baseline": first, "metrics": metrics})
+        if more:  # each further baseline: its own table (paired-vs-NAME.md)
+            data["paired_more"] = [
+                paired_differences(cells, {"baseline": name, "metrics": metrics}) for name in more
+            ]
     data["total_time_s"] = round(
         sum(m.get("total_s", 0.0) for e in cells.values() for m in e["per_seed"].values()), 1
     )
@@ -188,10 +194,11 @@ def _metric_format(key: str) -> tuple[bool, int]:
     return False, 1
 
 
-def render_paired(data: Mapping[str, Any]) -> str:
+def render_paired(data: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> str:
     """``paired.md``: per cell, each paired metric's mean [95% CI] and its difference Δ to the baseline
-    [95% CI of the per-seed differences]; rows sorted by the first metric's Δ, the baseline first."""
-    paired = data["paired"]
+    [95% CI of the per-seed differences]; rows sorted by the first metric's Δ, the baseline first.
+    ``paired``: one of :func:`paired_differences`' results (default ``data["paired"]``, the first baseline)."""
+    paired = data["paired"] if paired is None else paired
     metrics, base = paired["metrics"], paired["baseline"]
     header = ["cell", "seeds"]
     for metric in metrics:
@@ -458,6 +465,8 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
     atomic_write_text(out / "table.md", render_markdown(data))
     if "paired" in data:
         atomic_write_text(out / "paired.md", render_paired(data))
+    for paired in data.get("paired_more", []):
+        atomic_write_text(out / f"paired-vs-{safe_name(paired['baseline'])}.md", render_paired(data, paired))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
         plot_strategies(data, out / "strategies.png")

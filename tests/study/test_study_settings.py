@@ -34,7 +34,7 @@ def test_settings_expand_into_one_study_each_with_its_folder(tmp_path):
     assert (rare2.name, rare2.setting, rare2.model) == ("t-rare2", "rare2", "planted-reference")
     assert (rare10.model, rare10.common) == ("planted-reference-10", {"learning_rate": 1e-3, "beta": 0.1})
     assert [c.seed for c in rare10.cells] == [3, 3] and rare10.dataset == "planted_train"
-    assert rare2.paired == {"baseline": "grpo", "metrics": ["solved/planted_rare"]}
+    assert rare2.paired == {"baselines": ["grpo"], "metrics": ["solved/planted_rare"]}
     assert study_folder(rare10, tmp_path / "o") == tmp_path / "o" / "rare10"
     assert study_folder(rare2, None).as_posix() == "runs/study-t/rare2"
     assert [s.name for s in parse_studies({**BASE, "cells": [{"preset": "grpo"}]}, "x.yaml")] == ["t"]
@@ -48,6 +48,8 @@ def test_settings_expand_into_one_study_each_with_its_folder(tmp_path):
         ({"settings": [{"name": "a", "cells": []}]}, "unknown key 'cells'"),
         ({"settings": []}, "non-empty list"),
         ({"paired": {"baseline": "nope"}}, "paired.baseline 'nope' is not a cell"),
+        ({"paired": {"baseline": ["grpo", "nope"]}}, "paired.baseline 'nope' is not a cell"),
+        ({"paired": {"baseline": ["grpo", "grpo"]}}, r"names a cell twice: \['grpo', 'grpo'\]"),
         ({"paired": {"baseline": "grpo", "metrics": []}}, "paired.metrics must be a non-empty list"),
     ],
 )
@@ -74,6 +76,32 @@ def test_paired_differences_are_per_seed_with_a_t_interval():
     assert table[0] == "| cell | seeds | m | Δ vs grpo |"
     assert table[2].startswith("| grpo | 3 | 1.0 [0.5, 1.5] | — |")
     assert table[3].startswith("| x | 3 | 1.0 [0.5, 1.5] | 2.5 [")
+
+
+def test_each_further_paired_baseline_gets_its_own_table(tmp_path, monkeypatch):
+    """``baseline: [grpo, pkpo]``: paired.md against grpo as before, paired-vs-pkpo.md against pkpo, each
+    with the per-seed differences to its own baseline."""
+    from sagerl.study import table
+
+    s = parse_studies(
+        {**BASE, "cells": [{"preset": "grpo"}, {"preset": "pkpo"}, {"preset": "passk"}],
+         "paired": {"baseline": ["grpo", "pkpo"], "metrics": ["m"]}}, "x.yaml")[0]  # fmt: skip
+    assert s.paired == {"baselines": ["grpo", "pkpo"], "metrics": ["m"]}
+    value = {"grpo": 1.0, "pkpo": 10.0, "passk": 7.0}
+    out = tmp_path / "out"
+    for cell in s.cells:
+        _finish(out, cell, {"preset": cell.preset, "overrides": {}})
+    monkeypatch.setattr(table, "eval_metrics", lambda folder, ref: {"m": value[folder.parent.parent.name] + int(folder.parent.name[-1])})  # fmt: skip
+    monkeypatch.setattr(table, "plot_passk", lambda *a: None)
+    monkeypatch.setattr(table, "plot_strategies", lambda *a: None)
+    data = table.write_study_table(s, out)
+    assert data["paired"]["cells"]["passk"]["m"]["values"] == [6.0, 6.0]
+    assert data["paired_more"][0]["cells"]["passk"]["m"]["values"] == [-3.0, -3.0]
+    vs_pkpo = (out / "paired-vs-pkpo.md").read_text().splitlines()
+    assert vs_pkpo[0] == "| cell | seeds | m | Δ vs pkpo |"
+    assert vs_pkpo[2].startswith("| pkpo | 2 | 10.5 [") and vs_pkpo[2].endswith("| — |")
+    assert vs_pkpo[3] == "| passk | 2 | 7.5 [1.1, 13.9] | -3.0 |"  # seeds 0, 1: 7 and 8
+    assert (out / "paired.md").read_text().splitlines()[0] == "| cell | seeds | m | Δ vs grpo |"
 
 
 def test_a_preset_changed_under_a_finished_cell_is_refused(tmp_path, monkeypatch):
