@@ -14,8 +14,9 @@ def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tenso
     """Keep-mask of DAPO's dynamic sampling: drop every group whose rewards are all equal.
 
     Such groups (all right or all wrong) have zero advantage and only dilute the token-mean. DAPO then
-    samples more prompts to refill the batch; TRL has no such loop, so the trainer drops the groups from
-    the loss and logs the dropped share instead. NaN rewards are ignored; an all-NaN group is dropped.
+    samples more prompts to refill the batch (:mod:`sagerl.train.refill`); the groups still equal after the
+    last round are dropped from the loss with this mask. NaN rewards are ignored; an all-NaN group is
+    dropped.
 
     Args:
         rewards: (N,) rewards, groups of ``group_size`` contiguous.

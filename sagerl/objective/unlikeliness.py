@@ -20,6 +20,7 @@ import torch
 
 from sagerl.objective._checks import grouped
 from sagerl.objective.advantages import grpo_advantages
+from sagerl.objective.dapo import dynamic_sampling_mask
 
 
 def likelihood_ranks(sequence_logp: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -82,10 +83,5 @@ def unlikeliness_advantages(
     shaped = unlikeliness_rewards(rewards, sequence_logp, group_size, beta_rank)
     adv = grpo_advantages(shaped, group_size, scale=scale)
     if drop_equal_groups:
-        g = grouped(rewards, group_size)
-        nan = torch.isnan(g)
-        hi = torch.where(nan, -torch.inf, g).max(dim=1).values
-        lo = torch.where(nan, torch.inf, g).min(dim=1).values
-        varied = (hi > lo).repeat_interleave(group_size)
-        adv = torch.where(varied, adv, torch.zeros_like(adv))
+        adv = torch.where(dynamic_sampling_mask(rewards, group_size), adv, torch.zeros_like(adv))
     return adv

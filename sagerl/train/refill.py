@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
+from sagerl.objective import dynamic_sampling_mask
+
 ROW_KEYS = (
     "prompt_ids",
     "prompt_mask",
@@ -56,12 +58,9 @@ UNSUPPORTED_KEYS = (
 
 
 def groups_with_spread(rewards: torch.Tensor, group_size: int) -> list[bool]:
-    """For each group of the flat (N,) ``rewards``, whether its (non-NaN) rewards differ."""
-    g = rewards.view(-1, group_size)
-    nan = torch.isnan(g)
-    hi = torch.where(nan, -torch.inf, g).max(dim=1).values
-    lo = torch.where(nan, torch.inf, g).min(dim=1).values
-    return (hi > lo).tolist()
+    """For each group of the flat (N,) ``rewards``, whether its (non-NaN) rewards differ (DAPO's keep-mask,
+    :func:`sagerl.objective.dynamic_sampling_mask`, one flag per group)."""
+    return dynamic_sampling_mask(rewards, group_size).view(-1, group_size)[:, 0].tolist()
 
 
 def choose_groups(rounds: Sequence[list[bool]], needed: int) -> tuple[list[tuple[int, int]], int]:
