@@ -237,12 +237,10 @@ class SAGETrainer(GRPOTrainer):
                 f"num_generations={group_size}"
             )
         needed = local // group_size
-        weights = self.reward_weights.to(output["sage_rewards_per_func"].device)
         outputs, flags = [], []
         limit = self.args.max_num_gen_batches
         while True:
-            rewards = (output["sage_rewards_per_func"] * weights.unsqueeze(0)).nansum(dim=1)
-            rewards[torch.isnan(output["sage_rewards_per_func"]).all(dim=1)] = float("nan")
+            rewards = self._weighted_rewards(output["sage_rewards_per_func"])
             outputs.append(output)
             flags.append(groups_with_spread(rewards, group_size))
             have = torch.tensor(float(sum(sum(f) for f in flags)), device=rewards.device)
@@ -256,6 +254,14 @@ class SAGETrainer(GRPOTrainer):
         except ValueError as exc:
             raise ConfigError(f"max_num_gen_batches: {exc}") from exc
         return merged, len(outputs)
+
+    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(B,) the weighted sum of the (B, F) rewards per function, NaN ignored; NaN where every function
+        is NaN (an unscorable completion: advantage 0)."""
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
+        return rewards
 
     def _refill_prompts(self, inputs, round_index: int, groups: int, group_size: int) -> list[dict]:
         """The rows of ``groups`` prompts of the training set, each repeated ``group_size`` times, drawn by a
@@ -302,8 +308,7 @@ class SAGETrainer(GRPOTrainer):
 
         rewards_per_func = self.accelerator.gather(output.pop("sage_rewards_per_func"))
         weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")  # unscorable: advantage 0
+        rewards = self._weighted_rewards(rewards_per_func)
 
         estimator = self.args.resolved_advantage_estimator
         params = dict(self.args.advantage_params, scale=self.scale_rewards)
