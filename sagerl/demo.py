@@ -236,8 +236,8 @@ def run_demo(
 
 def print_summary(demo: Demo, total_s: float) -> None:
     """The closing lines: time per stage, and where the plot and the training metrics are."""
-    times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in demo.timings.items())
-    demo.console.print(f"times: {times}, total {total_s / 60:.1f} min", highlight=False)
+    times = ", ".join(f"{k} {v / 60:.1f}" for k, v in demo.timings.items())
+    demo.console.print(f"total {total_s / 60:.1f} min: {times}", highlight=False)
     out = demo.settings.out
     comparison = demo.results.get("comparison")
     if comparison is not None and comparison.get("plot"):

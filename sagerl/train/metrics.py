@@ -30,7 +30,7 @@ SUMMARY_KEYS = (
     ("entropy", "H"),
     ("q/mean", "q"),
     ("completions/mean_length", "len"),
-    ("step_time", "s/step"),
+    ("step_time", "s"),  # seconds per step
 )
 
 
@@ -109,8 +109,8 @@ class CompactProgressCallback(TrainerCallback):
 
 
 def summary_line(step: int, logs: dict) -> str:
-    """``step 3  reward 0.25  pass 0.25  kl 0.0357  H 2.04  q 1.24  len 8  s/step 21.4``: what one logged
-    step shows on the terminal (every key of :data:`SUMMARY_KEYS` the logs have)."""
+    """``step 3  reward 0.25  pass 0.25  kl 0.0357  H 2.04  q 1.24  len 8  s 21.4``: what one logged step
+    shows on the terminal (every key of :data:`SUMMARY_KEYS` the logs have; ``s``: seconds per step)."""
     parts = [f"step {step}"]
     for key, label in SUMMARY_KEYS:
         value = logs.get(key)

@@ -38,3 +38,15 @@ def test_train_prints_one_line_per_step_and_no_third_party_bars(
     assert steps == ["1", "2"], text
     assert re.search(r"^training .* 2/2 steps", captured.err, re.M), captured.err  # sagerl's bar, at its end
     assert text.count("done: ") == 1 and "model: " in captured.out
+
+
+def test_a_demo_step_line_fits_80_columns():
+    """The widest line the demo printed (step 12 of 12; before, ``s/step`` made it 82 columns and the
+    terminal wrapped it)."""
+    from sagerl.train.metrics import summary_line
+
+    logs = {"reward": 0.125, "pass_rate": 0.125, "kl": 0.00216, "entropy": 0.357, "q/mean": 1.01,
+            "completions/mean_length": 32.2, "step_time": 45.93, "loss": 0.1}  # fmt: skip
+    line = summary_line(12, logs)
+    assert line == "step 12  reward 0.125  pass 0.125  kl 0.00216  H 0.357  q 1.01  len 32.2  s 45.9"
+    assert len(line) <= 80
