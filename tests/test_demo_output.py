@@ -86,7 +86,9 @@ def test_the_demo_output_fits_80_columns(tmp_path):
     row = next(i for i, line in enumerate(lines) if line.startswith("base "))
     assert lines[row + 1].lstrip().startswith("[") and lines[row + 2].startswith(demo.PRESET)
     assert "reference model: 42 of 64 rare problems solved" in text and re.search(
-        r"^pkpo\s+64, 64\s+64\.0\s+77\.5%", text, re.M  # as the 2026-12-01 demo printed it
+        r"^pkpo\s+64, 64\s+64\.0\s+77\.5%",
+        text,
+        re.M,  # as the 2026-12-01 demo printed it
     )
     for banned in ("it/s", "Loading weights", "Writing model shards", "{'loss'"):
         assert banned not in text
