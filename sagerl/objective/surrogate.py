@@ -62,22 +62,29 @@ def clipped_surrogate(
     Source: Schulman et al. 2017 (PPO); Shao et al. 2024 (GRPO); Yu et al. 2025 (DAPO, clip-higher).
     """
     check_same_shape(logp=logp, old_logp=old_logp)
+    _check_epsilons(epsilon_low, epsilon_high)
+    adv = _advantages_2d(advantages, logp)
+    log_ratio = (logp - old_logp.detach()).clamp(-log_ratio_clip, log_ratio_clip)
+    return _clip_ratio(torch.exp(log_ratio), adv, epsilon_low, epsilon_high, delta)
+
+
+def _check_epsilons(epsilon_low: float, epsilon_high: float | None) -> None:
+    """Raise ValueError unless ε_low ≥ 0 and ε_high ≥ 0 (None: ε_low)."""
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     if epsilon_low < 0 or epsilon_high < 0:
         raise ValueError(f"epsilon_low and epsilon_high must be >= 0, got {epsilon_low}, {epsilon_high}")
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(1)
-    if (
-        advantages.dim() != 2
-        or advantages.shape[0] != logp.shape[0]
-        or advantages.shape[1] not in (1, logp.shape[1])
-    ):
-        raise ValueError(
-            f"advantages must be (B,), (B, 1) or (B, T) for logp {tuple(logp.shape)}, got {tuple(advantages.shape)}"
-        )
-    advantages = advantages.detach()
-    log_ratio = (logp - old_logp.detach()).clamp(-log_ratio_clip, log_ratio_clip)
-    ratio = torch.exp(log_ratio)
+
+
+def _clip_ratio(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float | None,
+    delta: float | None,
+) -> SurrogateOutput:
+    """−min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A) for a (B, T) ratio ρ (token or sequence) and (B, 1) or
+    (B, T) advantages, with the optional bound ``delta`` on the unclipped ρ, and the clip masks."""
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     unclipped = ratio if delta is None else ratio.clamp(max=delta)
     loss = -torch.min(unclipped * advantages, clipped * advantages)
@@ -189,21 +196,10 @@ def gspo_surrogate(
 
     Source: Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2507.18071), eqs. (5)-(7).
     """
-    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
-    if epsilon_low < 0 or epsilon_high < 0:
-        raise ValueError(f"epsilon_low and epsilon_high must be >= 0, got {epsilon_low}, {epsilon_high}")
+    _check_epsilons(epsilon_low, epsilon_high)
     adv = _advantages_2d(advantages, logp)
     ratio = torch.exp(sequence_log_ratio(logp, old_logp, mask, log_ratio_clip)).expand_as(logp)
-    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-    unclipped = ratio if delta is None else ratio.clamp(max=delta)
-    loss = -torch.min(unclipped * adv, clipped * adv)
-    detached = ratio.detach()
-    return SurrogateOutput(
-        loss=loss,
-        ratio=ratio,
-        clipped_low=(detached < 1 - epsilon_low) & (adv < 0),
-        clipped_high=(detached > 1 + epsilon_high) & (adv > 0),
-    )
+    return _clip_ratio(ratio, adv, epsilon_low, epsilon_high, delta)
 
 
 def cispo_surrogate(
