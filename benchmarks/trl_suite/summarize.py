@@ -2,9 +2,11 @@
 
 Usage::
 
-    python benchmarks/trl_suite/summarize.py [--commit SHA] WORK_DIR
+    python benchmarks/trl_suite/summarize.py [--commit SHA] WORK_DIR [WORK_DIR ...]
 
-Reads ``WORK_DIR/control.xml`` and ``WORK_DIR/sage.xml`` (pytest's JUnit XML). For each test that fails with
+Reads ``WORK_DIR/control.xml`` and ``WORK_DIR/sage.xml`` (pytest's JUnit XML). Several work directories
+(for example the default run and a ``--full --k ...`` run of the tool tests) are merged, a later
+directory's outcome replacing an earlier one's for the same test. For each test that fails with
 SAGETrainer but not with TRL's trainer, prints the first line of the failure (a refusal is a
 ``sagerl.errors.ConfigError`` whose message names the option and the reason).
 """
@@ -43,16 +45,18 @@ def counts(results: dict[str, tuple[str, str]]) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("work", type=Path)
+    parser.add_argument("work", type=Path, nargs="+")
     parser.add_argument("--commit", default="unknown")
     args = parser.parse_args()
     versions = {p: importlib.metadata.version(p) for p in ("trl", "transformers", "torch", "peft")}
     print(
         f"TRL tests at commit {args.commit}; installed " + ", ".join(f"{k} {v}" for k, v in versions.items())
     )
-    runs = {
-        v: outcomes(args.work / f"{v}.xml") for v in ("control", "sage") if (args.work / f"{v}.xml").exists()
-    }
+    runs: dict[str, dict[str, tuple[str, str]]] = {}
+    for work in args.work:
+        for variant in ("control", "sage"):
+            if (work / f"{variant}.xml").exists():
+                runs.setdefault(variant, {}).update(outcomes(work / f"{variant}.xml"))
     for variant, results in runs.items():
         c = counts(results)
         line = ", ".join(f"{c.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "xfailed"))
@@ -64,10 +68,15 @@ def main() -> None:
             if status == "failed":
                 print(f"  {name}: {message[:200]}")
         print("SAGETrainer outcome different from the control:")
-        for name in sorted(set(control) | set(sage)):
-            a, b = control.get(name, ("absent", "")), sage.get(name, ("absent", ""))
-            if a[0] != b[0]:
-                print(f"  {name}: control {a[0]}, SAGETrainer {b[0]}: {b[1][:200]}")
+        differ = [
+            (name, control.get(name, ("absent", "")), sage.get(name, ("absent", "")))
+            for name in sorted(set(control) | set(sage))
+        ]
+        differ = [(name, a, b) for name, a, b in differ if a[0] != b[0]]
+        for name, a, b in differ:
+            print(f"  {name}: control {a[0]}, SAGETrainer {b[0]}: {b[1][:200]}")
+        if not differ:
+            print("  none")
 
 
 if __name__ == "__main__":
