@@ -3,13 +3,21 @@
 one line (``q_min, q_max: the clamp``); rewrite them as Markdown and Google style when griffe reads a
 docstring, so that they render as code and as one entry per parameter (griffe then still checks every
 documented name against the signature). Loaded by mkdocs.yml
-(``plugins.mkdocstrings.handlers.python.options.extensions``); nothing else uses it."""
+(``plugins.mkdocstrings.handlers.python.options.extensions``); nothing else uses it.
+
+:class:`ConfigFields` gives each config class (docs/_ext/config_fields.py says which) a table of its fields
+with their type, default, unit and help, and keeps the fields out of the member list (the table shows them)."""
 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import griffe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import config_fields  # noqa: E402  (beside this file; mkdocstrings loads this file by path)
 
 ROLE = re.compile(r":(?:func|mod|class|data|attr|meth|exc|obj|const|py:\w+):`~?([^`]+)`")
 LITERAL = re.compile(r"::\s*$", re.M)
@@ -66,3 +74,21 @@ class RstRoles(griffe.Extension):
     def on_instance(self, *, obj: griffe.Object, **kwargs) -> None:
         if obj.docstring is not None:
             obj.docstring.value = rst_to_markdown(obj.docstring.value)
+
+
+class ConfigFields(griffe.Extension):
+    def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
+        if pkg.path != "sagerl":
+            return
+        for path in config_fields.config_classes():
+            cls = pkg.get_member(path.removeprefix("sagerl."))
+            value = cls.docstring.value if cls.docstring is not None else ""
+            cls.docstring = griffe.Docstring(
+                config_fields.docstring_with_table(value, path),
+                lineno=cls.docstring.lineno if cls.docstring is not None else cls.lineno,
+                endlineno=cls.docstring.endlineno if cls.docstring is not None else cls.lineno,
+                parent=cls,
+            )
+            for field in config_fields.config_fields(path):  # shown by the table, not as members (an
+                if field.name in cls.members:  # attribute without a docstring is not rendered; it stays in
+                    cls.members[field.name].docstring = None  # the signature)

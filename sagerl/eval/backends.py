@@ -27,9 +27,10 @@ def make_sampler(
         vllm_args: extra ``vllm.LLM`` keyword arguments (vllm backend only).
 
     Raises:
-        ConfigError: unknown backend, or vllm_args given to another backend. SagerlError: vLLM missing (the
-        message names ``make setup-vllm``). ModelLoadError: the model does not load. EngineError: vLLM's
-        engine did not start.
+        ConfigError: unknown backend, or vllm_args given to another backend.
+        SagerlError: vLLM missing (the message names ``make setup-vllm``).
+        ModelLoadError: the model does not load.
+        EngineError: vLLM's engine did not start.
     """
     if backend == "hf":
         if vllm_args:

@@ -85,13 +85,15 @@ class GuideParams:
     tau: float = 1.2
     """branch guide entropy threshold τ, nats."""
     q_min: float = 0.6
+    """lower clamp of q (0 < q_min <= 1)."""
     q_max: float = 1.4
+    """upper clamp of q (q_max >= 1)."""
     alpha: float = 0.4
     """token guide strength α."""
     sigma: float = 0.0
     """token guide noise σ."""
     normalization: str = "minmax"
-    """token guide per-sequence normalisation: minmax, rank or zscore."""
+    """token guide per-sequence normalisation, one of :data:`sagerl.objective.guides.TOKEN_NORMALIZATIONS`."""
     random_kind: str = "permutation"
     """random guide: permutation (the paper's baseline) or gaussian (the authors' code)."""
     random_eps: float = 0.1

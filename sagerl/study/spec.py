@@ -94,14 +94,23 @@ class EvalSettings:
     """Arguments of :func:`sagerl.eval.evaluate` shared by every cell (and the reference)."""
 
     datasets: list[str]
+    """Named sets or JSONL paths to evaluate on (at least one)."""
     n: int = 16
+    """Samples per problem; pass@k is reported for k = 1, 2, 4, ..., n."""
     max_new_tokens: int = 512
+    """Completion length limit, in tokens."""
     temperature: float = 1.0
+    """Sampling temperature (0: greedy)."""
     top_p: float = 1.0
+    """Nucleus sampling's top-p."""
     limit: int | None = None
+    """Keep the first ``limit`` problems of each dataset (None: all)."""
     few_shot: int | None = None
+    """Worked examples in each prompt; None: the dataset's default."""
     batch_size: int | None = None
+    """Sequences per generation batch; None: 64 on CPU, 256 on GPU."""
     seed: int = 0
+    """Sampling seed of the evaluation (each sample's seed derives from it)."""
 
 
 @dataclass

@@ -57,8 +57,14 @@ class SAGEConfig(GRPOConfig):
             "help": "Entropies (branch guide) and log-probs (token guide) from the 'policy' or the 'reference'."
         },
     )
-    gamma: float = field(default=0.3, metadata={"help": "Branch guide strength γ (per nat above τ)."})
-    tau: float = field(default=1.2, metadata={"help": "Branch guide entropy threshold τ, in nats."})
+    gamma: float = field(
+        default=0.3,
+        metadata={
+            "help": "Branch guide strength γ: q grows by γ per nat of entropy above τ.",
+            "metavar": "1/nat",
+        },
+    )
+    tau: float = field(default=1.2, metadata={"help": "Branch guide entropy threshold τ.", "metavar": "nats"})
     q_min: float = field(default=0.6, metadata={"help": "Lower clamp of q."})
     q_max: float = field(default=1.4, metadata={"help": "Upper clamp of q."})
     token_alpha: float = field(default=0.4, metadata={"help": "Token guide strength α."})
@@ -101,7 +107,8 @@ class SAGEConfig(GRPOConfig):
         default="k3", metadata={"help": f"Reverse-KL estimator: one of {KL_ESTIMATORS}."}
     )
     kl_log_ratio_clip: float | None = field(
-        default=20.0, metadata={"help": "Clamp of the log-ratio inside the divergence (None: off)."}
+        default=20.0,
+        metadata={"help": "Clamp of the log-ratio inside the divergence (None: off).", "metavar": "nats"},
     )
     kl_placement: str = field(
         default="loss",

@@ -33,13 +33,36 @@ def _build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_site_builds_in_strict_mode(tmp_path):
-    result = _build(ROOT, tmp_path / "site")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once in strict mode."""
+    site = tmp_path_factory.mktemp("built") / "site"
+    result = _build(ROOT, site)
     assert result.returncode == 0, result.stdout + result.stderr
-    for page in ("index.html", "train.html", "api/objective.html", "planted/passk.png"):
-        assert (tmp_path / "site" / page).is_file(), page
-    api = (tmp_path / "site" / "api" / "objective.html").read_text(encoding="utf-8")
-    assert "sage_loss" in api and "branch_guide" in api and ":func:`" not in api  # docstrings rendered
+    return site
+
+
+def test_the_site_builds_in_strict_mode(site):
+    for page in ("index.html", "train.html", "api/objective-loss.html", "planted/passk.png"):
+        assert (site / page).is_file(), page
+    api = (site / "api" / "objective-loss.html").read_text(encoding="utf-8")
+    assert "sage_loss" in api and ":func:`" not in api  # docstrings rendered
+    assert "branch_guide" in (site / "api" / "objective-guides.html").read_text(encoding="utf-8")
+
+
+def test_every_config_field_is_in_a_table_on_an_api_page(site):
+    """Each config class's page (docs/_ext/config_fields.py) has a row per field: name, default, help."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import config_fields
+
+    pages = {p.name: p.read_text(encoding="utf-8") for p in (site / "api").glob("*.html")}
+    for path in config_fields.config_classes():
+        anchor = f'id="{path}"'
+        page = next((name for name, html in pages.items() if anchor in html), None)
+        assert page is not None, f"{path} is on no API page: add its module to one of docs/api/*.md"
+        html = pages[page]
+        for field in config_fields.config_fields(path):
+            assert f"<td><code>{field.name}</code></td>" in html, f"{path}.{field.name} not in {page}'s table"
 
 
 @pytest.fixture

@@ -69,6 +69,7 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     """
 
     loss_mode: str = "sage"
+    """verl's loss mode; must be "sage" with this config (SAGE never falls back to another loss)."""
     guide: str = "branch"
     """Guide function q, one of :data:`sagerl.objective.GUIDES` ("none": q ≡ 1, plain GRPO)."""
     guide_entropy_source: str = "policy"
@@ -79,15 +80,21 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     tau: float = 1.2
     """branch guide entropy threshold τ, nats."""
     q_min: float = 0.6
+    """Lower clamp of q (0 < q_min <= 1)."""
     q_max: float = 1.4
+    """Upper clamp of q (q_max >= 1)."""
     token_alpha: float = 0.4
     """token guide strength α."""
     token_sigma: float = 0.0
     """token guide noise σ (drawn from torch's global RNG, which verl seeds)."""
     token_normalization: str = "minmax"
+    """token guide per-sequence normalisation, one of :data:`sagerl.objective.guides.TOKEN_NORMALIZATIONS`."""
     random_kind: str = "permutation"
+    """random guide: "permutation" (the paper's baseline) or "gaussian" (the authors' code)."""
     random_eps: float = 0.1
+    """gaussian random guide: probability of perturbing a token."""
     random_sigma: float = 0.2
+    """gaussian random guide: σ."""
     kl_placement: str = "loss"
     """Where β·KL goes: "loss" (per token, as GRPO and the SAGE authors) or "reward" (k1 reward-to-go in the
     advantages; the exact SAGE optimum, see :mod:`sagerl.objective.loss`)."""
