@@ -50,6 +50,22 @@ def test_the_site_builds_in_strict_mode(site):
     assert "branch_guide" in (site / "api" / "objective-guides.html").read_text(encoding="utf-8")
 
 
+def test_names_in_docstrings_link_to_their_entries(site):
+    """docs/_ext/griffe_rst.py: CrossReferences (a role, a dotted name, a name in the docstring's scope)."""
+    config = (site / "api" / "train-config.html").read_text(encoding="utf-8")
+    assert (
+        'href="train-trainer.html#sagerl.train.trainer.SAGETrainer"' in config
+    )  # :class:`sagerl.train.SAGETrainer`
+    assert (
+        'href="objective-guides.html#sagerl.objective.registry.GuideParams"' in config
+    )  # :class:`...GuideParams`
+    verl = (site / "api" / "verl.html").read_text(encoding="utf-8")
+    assert (
+        'href="#sagerl.integrations.verl.worker.SAGETrainingWorker"' in verl
+    )  # :class:`~.worker.SAGETrainingWorker`
+    assert "<code>max_steps</code>" in (site / "api" / "train-run.html").read_text(encoding="utf-8")  # a key
+
+
 def test_every_config_field_is_in_a_table_on_an_api_page(site):
     """Each config class's page (docs/_ext/config_fields.py) has a row per field: name, default, help."""
     sys.path.insert(0, str(ROOT / "docs" / "_ext"))
