@@ -34,6 +34,27 @@ def test_block_parses(block):
         yaml.safe_load(block.text)
 
 
+PAGE_CODE_WIDTH = 88
+"""Characters a code line of a page may have: what the site's column shows at 1280 px without scrolling,
+beside the copy button (`make docs-check` measures it in a browser)."""
+
+
+def test_every_code_line_of_the_pages_fits_the_column():
+    """Every fenced block of the pages (docs/, any language: commands, output, layouts): the README is read on
+    the forge, not on the site."""
+    wide = [
+        f"{block.where} +{i}: {len(line)} characters"
+        for block in ALL
+        if block.path.name != "README.md"
+        for i, line in enumerate(block.text.splitlines(), 1)
+        if len(line) > PAGE_CODE_WIDTH
+    ]
+    assert not wide, (
+        f"code lines wider than {PAGE_CODE_WIDTH} characters (wrap them: a `\\` continuation, a comment on "
+        f"its own line): {wide}"
+    )
+
+
 def test_skipped_blocks_say_why():
     unexplained = [x.where for x in CODE if x.mode == "skip" and not x.reason]
     assert not unexplained, f"'<!-- check: skip: WHY -->' needs its reason: {unexplained}"
