@@ -17,7 +17,8 @@ import xml.etree.ElementTree as ET
 from latex2mathml.converter import convert
 from mkdocs.exceptions import PluginError
 
-INLINE = re.compile(r'<span class="arithmatex">\\\((.*?)\\\)</span>', re.S)
+# An inline formula with the punctuation that touches it ("(q)", "$q$," ...): kept on one line together.
+INLINE = re.compile(r'([(\[]?)<span class="arithmatex">\\\((.*?)\\\)</span>([)\].,;:!?]*)', re.S)
 BLOCK = re.compile(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', re.S)
 MATHML = "{http://www.w3.org/1998/Math/MathML}"
 CORE = {
@@ -57,16 +58,17 @@ def to_mathml(latex: str, display: bool) -> str:
     return mathml
 
 
-def _convert(page: str, match: re.Match, display: bool) -> str:
-    latex = html.unescape(match[1]).strip()
+def _convert(page: str, latex: str, display: bool) -> str:
+    latex = html.unescape(latex).strip()
     try:
-        mathml = to_mathml(latex, display)
+        return to_mathml(latex, display)
     except ValueError as exc:
         raise PluginError(f"{page}: the formula {latex!r}: {exc}") from None
-    return f'<div class="math">{mathml}</div>' if display else mathml
 
 
 def on_page_content(html_text: str, page, **kwargs) -> str:
     where = page.file.src_uri
-    html_text = BLOCK.sub(lambda m: _convert(where, m, True), html_text)
-    return INLINE.sub(lambda m: _convert(where, m, False), html_text)
+    html_text = BLOCK.sub(lambda m: f'<div class="math">{_convert(where, m[1], True)}</div>', html_text)
+    return INLINE.sub(
+        lambda m: f'<span class="math">{m[1]}{_convert(where, m[2], False)}{m[3]}</span>', html_text
+    )
