@@ -16,7 +16,7 @@ export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-verl setup-vllm demo test test-verl test-vllm lint docs clean
+.PHONY: setup setup-verl setup-vllm setup-browser demo test test-verl test-vllm lint docs docs-check clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,7 @@ test: setup setup-verl setup-vllm
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-verl
 	$(MAKE) --no-print-directory test-vllm
+	$(MAKE) --no-print-directory docs-check
 
 # The verl plugin's CPU tests, in .venv-verl (the main suite skips them: verl is not installed in .venv).
 test-verl: setup-verl
@@ -75,6 +76,19 @@ test-verl: setup-verl
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	@echo "site: $(abspath site)/index.html"
+
+# The site as a reader sees it: every page rendered by headless Chromium from file://, with no network, at
+# 1280 px and 390 px; fails on sideways scrolling, code wider than its column, a copy button over code, a
+# missing image, untypeset math, a broken table identifier, no working search, a network request
+# (tests/docs/browser_check.py; docs/contributing.md lists the checks). About 45 s; `make test` runs it.
+docs-check: docs setup-browser
+	$(BIN)/python -m tests.docs.browser_check site
+
+# Chromium and its driver from Debian (a test tool's own browser download cannot work offline): installed
+# once, when missing.
+setup-browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 # vLLM's CPU tests, in .venv-vllm (the main suite skips them: vLLM is not installed in .venv).
 test-vllm: setup-vllm

@@ -6,6 +6,7 @@ cannot parse fails ``mkdocs build --strict``; the tests below break each on purp
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -142,6 +143,31 @@ def test_a_broken_link_page_or_docstring_fails_the_build(docs_copy, tmp_path, br
     result = _build(docs_copy, tmp_path / "site")
     assert result.returncode != 0, f"the build passed with a {breakage}"
     assert message in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+SHIM = "docs/assets/vendor/iframe-worker/shim.js"
+SHIM_SHA256 = "e8e412dbcfea9b7e31b5ffa288d7b6035915e714c542f4176a0cdbe262fc9609"  # npm iframe-worker 1.0.4
+
+
+def test_the_site_loads_nothing_from_the_network(site):
+    """Read from files with no network: no page loads a script, a stylesheet or a font from a server (the
+    search worker's shim is the local copy mkdocs.yml names, unchanged from its npm release)."""
+    remote = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"[^>]*>")
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        found = [tag for tag in remote.findall(html) if "<a " not in tag]
+        assert not found, f"{page.relative_to(site)} loads {found[0]}"
+        assert "iframe-worker/shim.js" in html, f"{page.relative_to(site)} lacks the search worker's shim"
+    assert hashlib.sha256((ROOT / SHIM).read_bytes()).hexdigest() == SHIM_SHA256
+
+
+def test_the_home_page_lists_every_page():
+    """docs/index.md's table of pages links every page of the navigation (the API reference by its index)."""
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", home))
+    pages = [p for p in _nav_pages(ROOT / "mkdocs.yml") if p != "index.md" and not p.startswith("api/")]
+    missing = [p for p in [*pages, "api/index.md"] if p not in linked]
+    assert not missing, f"docs/index.md's table of pages does not link {missing}"
 
 
 def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
