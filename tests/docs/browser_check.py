@@ -96,6 +96,13 @@ for (const math of document.querySelectorAll(".md-content math")) {
   const r = math.getBoundingClientRect();
   if (r.width < 1 || r.height < 1) out.push("a formula is not laid out (no MathML support?): " + text(math));
 }
+const column = document.querySelector(".md-content__inner") || document.body;
+const right = column.getBoundingClientRect().right - parseFloat(getComputedStyle(column).paddingRight);
+for (const inline of document.querySelectorAll(".md-content span.math")) {
+  if (inline.closest("table, .md-typeset__scrollwrap")) continue;  // a table scrolls in its own frame
+  const r = inline.getBoundingClientRect();
+  if (r.right > right + 1) out.push("an inline formula runs out of the column by " + px(r.right - right) + ": " + text(inline));
+}
 for (const block of document.querySelectorAll(".md-content div.math")) {
   if (wide && block.scrollWidth > block.clientWidth + 1)
     out.push("a displayed formula is wider than the column by " + px(block.scrollWidth - block.clientWidth));
