@@ -20,10 +20,13 @@ import ast
 import dataclasses
 import importlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the sagerl beside these docs, whatever else is installed (an editable
+    sys.path.insert(0, str(ROOT))  # install of another checkout, as `.venv/bin/mkdocs` would import)
 CONFIG_NAME = re.compile(r"(Config|Settings|Params)$")
 """A dataclass of sagerl whose name ends so is a config class: its fields are documented in a table."""
 NOT_USER_CONFIG = {

@@ -227,6 +227,8 @@ def check(site: Path, screenshots: Path | None = None, pattern: str = "*") -> Re
                 driver.execute_async_script("document.fonts.ready.then(() => arguments[0]())")
                 measured = driver.execute_script(MEASURE, width >= 1000)
                 problems = list(measured["problems"])
+                if screenshots is not None:  # before the search opens its panel over the page
+                    _screenshot(driver, screenshots / f"{page.replace('/', '_')[:-5]}-{width}.png", width)
                 if page in SEARCH_PAGES:
                     failed = _search(driver)
                     problems += [failed] if failed else []
@@ -236,8 +238,6 @@ def check(site: Path, screenshots: Path | None = None, pattern: str = "*") -> Re
                 problems += [f"JavaScript error: {e}" for e in _errors(driver)]
                 result.failures += [f"{where}: {p}" for p in problems]
                 result.renders += 1
-                if screenshots is not None:
-                    _screenshot(driver, screenshots / f"{page.replace('/', '_')[:-5]}-{width}.png", width)
     finally:
         driver.quit()
     return result
