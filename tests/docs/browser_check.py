@@ -33,6 +33,9 @@ WIDTHS = (1280, 390)
 HEIGHT = 900
 SEARCH_PAGES = ("index.html", "api/train-config.html")
 SEARCH_QUERY = "SAGEConfig"
+OPTIONAL_REQUESTS = ("https://api.github.com/repos/", "https://gitlab.com/api/")
+"""Requests a page may make and do without: the star and release counts Material fetches for the header's
+repository link (mkdocs.yml repo_url); offline they fail and the link shows without them."""
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 CHROME_FLAGS = (
     "--headless=new",
@@ -178,13 +181,17 @@ def _network_requests(driver) -> list[str]:
         message = json.loads(entry["message"])["message"]
         if message["method"] == "Network.requestWillBeSent":
             url = message["params"]["request"]["url"]
-            if url.startswith(("http:", "https:", "ws:", "wss:")):
+            if url.startswith(("http:", "https:", "ws:", "wss:")) and not url.startswith(OPTIONAL_REQUESTS):
                 urls.append(url)
     return urls
 
 
 def _errors(driver) -> list[str]:
-    return [e["message"][:200] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return [
+        e["message"][:200]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and not e["message"].startswith(OPTIONAL_REQUESTS)
+    ]
 
 
 def _search(driver) -> str | None:

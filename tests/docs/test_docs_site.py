@@ -104,7 +104,11 @@ def _nav_pages(config: Path) -> list[str]:
             for value in node:
                 yield from walk(value)
 
-    return list(walk(yaml.safe_load(config.read_text(encoding="utf-8"))["nav"]))
+    class Loader(yaml.SafeLoader):  # mkdocs.yml's `!ENV NAME` tags read as the name
+        pass
+
+    Loader.add_constructor("!ENV", lambda loader, node: None)
+    return list(walk(yaml.load(config.read_text(encoding="utf-8"), Loader=Loader)["nav"]))
 
 
 @pytest.mark.parametrize(
