@@ -60,7 +60,7 @@ $(VLLM_STAMP): pyproject.toml
 demo: setup
 	$(BIN)/python -m sagerl.demo
 
-test: setup setup-verl setup-vllm
+test: setup setup-verl setup-vllm setup-browser
 	$(BIN)/ruff check sagerl tests benchmarks
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-verl

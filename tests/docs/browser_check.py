@@ -46,6 +46,7 @@ CHROME_FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--hide-scrollbars",
+    "--disable-dev-shm-usage",  # containers often have a small /dev/shm
     # No network: names do not resolve and every request goes to a closed port (file:// is not affected).
     "--host-resolver-rules=MAP * ~NOTFOUND",
     "--proxy-server=http://127.0.0.1:9",
