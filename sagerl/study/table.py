@@ -389,7 +389,14 @@ def plot_passk(data: Mapping[str, Any], path: Path) -> Path:
 
     plt = _pyplot()
     datasets = list(data["datasets"])
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 2.6, 4.4), squeeze=False)
+    # The legend goes under the panels, in columns, at the axis labels' size: it stays readable when the
+    # figure is shown at a page's column width (about 900 px; the docs) with 25 and more cells.
+    entries = len(data["cells"]) + bool(data.get("reference"))
+    ncol = max(1, min(3, len(datasets) + 1))
+    rows = -(-entries // ncol)
+    fig, axes = plt.subplots(
+        1, len(datasets), figsize=(4.6 * len(datasets), 3.6 + 0.21 * rows), squeeze=False
+    )
     colors = plt.get_cmap("tab20").colors
     for ax, ds in zip(axes.flat, datasets, strict=True):
         ref = data.get("reference") or {}
@@ -410,8 +417,10 @@ def plot_passk(data: Mapping[str, Any], path: Path) -> Path:
             ax.fill_between(ks, lo, hi, color=style["color"], alpha=0.08, linewidth=0)
             ks_all.update(ks)
         _style_axis(ax, ds, sorted(ks_all))
-    axes.flat[-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.tight_layout()
+    handles, labels = axes.flat[-1].get_legend_handles_labels()
+    legend = fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.canvas.draw()
+    fig.tight_layout(rect=(0, legend.get_window_extent().height / fig.bbox.height + 0.01, 1, 1))
     try:
         return _save(fig, path)
     finally:
@@ -425,7 +434,7 @@ def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
     plt = _pyplot()
     names = list(data["cells"])
     labels = _strategy_labels(data)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(names) + 2.0), 4.4))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.34 * len(names) + 1.6), 4.6))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(names))
     for j, label in enumerate(labels):
@@ -443,12 +452,12 @@ def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
         if value is not None:
             ax.axhline(value, color=f"C{j}", linestyle=":", linewidth=1)
     ax.set_xticks(x)
-    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=7)
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=9)
     ax.set_ylabel("share of completions")
     ax.set_yscale("symlog", linthresh=0.01)
     ax.set_ylim(0, 1.05)
     ax.set_title("strategy shares (dotted: reference)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     try:
         return _save(fig, path)
