@@ -9,16 +9,16 @@ field, which the API reference also reads). Which classes count as config classe
 field of each has its help: tests/docs/test_config_fields.py.
 
 Used by the griffe extension of the API reference (docs/_ext/griffe_rst.py: a "Fields" table appended to
-each config class's docstring) and by the test. The class is imported when it can be (so a help written as
-an f-string and a default computed from a constant show their values); otherwise (the verl plugin's config
-without verl installed) its source is read with ``ast``, which gives the defaults as written.
+each config class's docstring) and by the test. The source is read with ``ast`` and the fields' defaults and
+helps evaluated with the module's constants and its imports from sagerl (a help written as an f-string
+shows its value), without importing the module itself: importing TRL for ``SAGEConfig`` would add seconds
+to every build, and the verl plugin's config would need verl. tests/docs/test_config_fields.py checks the
+result against the class as TRL's ``HfArgumentParser`` reads it.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
-import importlib
 import re
 import sys
 from dataclasses import dataclass
@@ -83,17 +83,21 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
 @dataclass
 class _Declared:
     name: str
-    annotation: str
-    default: str
-    help: str
-    unit: str
+    annotation: str  # as written (HfArgumentParser rewrites a dataclass's field types in place)
+    default: ast.expr | None
+    default_factory: ast.expr | None
+    help: ast.expr | None
+    unit: ast.expr | None
     docstring: str
 
 
-def _declared_fields(module: str, name: str) -> list[_Declared]:
-    """The fields a class's body declares (not the inherited ones), read from its source."""
+def _class_node(module: str, name: str) -> tuple[ast.Module, ast.ClassDef]:
     tree = ast.parse(module_file(module).read_text(encoding="utf-8"))
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    return tree, next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _declared_fields(cls: ast.ClassDef) -> list[_Declared]:
+    """The fields a class's body declares (not the inherited ones), as written."""
     out = []
     body = cls.body
     for i, node in enumerate(body):
@@ -102,26 +106,21 @@ def _declared_fields(module: str, name: str) -> list[_Declared]:
         annotation = ast.unparse(node.annotation)
         if annotation.startswith(("ClassVar", "typing.ClassVar", "InitVar")):
             continue
-        default, help_text, unit = "required", "", ""
+        default = factory = help_node = unit = None
         value = node.value
         if isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] == "field":
             keywords = {k.arg: k.value for k in value.keywords}
-            if "default" in keywords:
-                default = _literal(keywords["default"])
-            elif "default_factory" in keywords:
-                default = f"{ast.unparse(keywords['default_factory'])}()"
+            default, factory = keywords.get("default"), keywords.get("default_factory")
             metadata = keywords.get("metadata")
             if isinstance(metadata, ast.Dict):
-                for key, item in zip(metadata.keys, metadata.values, strict=True):
-                    if isinstance(key, ast.Constant) and isinstance(item, ast.Constant):
-                        if key.value == "help":
-                            help_text = str(item.value)
-                        elif key.value == "metavar":
-                            unit = str(item.value)
-                    elif isinstance(key, ast.Constant) and key.value == "help":
-                        help_text = ast.unparse(item)  # an f-string: its value needs the import
-        elif value is not None:
-            default = _literal(value)
+                entries = {
+                    k.value: v
+                    for k, v in zip(metadata.keys, metadata.values, strict=True)
+                    if isinstance(k, ast.Constant)
+                }
+                help_node, unit = entries.get("help"), entries.get("metavar")
+        else:
+            default = value
         following = body[i + 1] if i + 1 < len(body) else None
         docstring = ""
         if (
@@ -130,66 +129,116 @@ def _declared_fields(module: str, name: str) -> list[_Declared]:
             and isinstance(following.value.value, str)
         ):
             docstring = following.value.value
-        out.append(_Declared(node.target.id, annotation, default, help_text, unit, docstring))
+        out.append(_Declared(node.target.id, annotation, default, factory, help_node, unit, docstring))
     return out
 
 
-def _literal(node: ast.expr) -> str:
-    """A default as written, a literal shown as :func:`_shown` shows a value."""
-    try:
-        return _shown(ast.literal_eval(node))
-    except ValueError:
-        return ast.unparse(node)
+def _bound(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.ImportFrom):
+        return {alias.asname or alias.name for alias in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _namespace(tree: ast.Module, expressions: list[ast.expr]) -> dict:
+    """The names ``expressions`` read (the module's constants, what it imports from sagerl, and what those
+    read in turn), without importing the module: its engine (TRL, verl) stays unimported, which keeps the
+    build fast (importing ``sagerl.train`` imports TRL)."""
+    needed = {n.id for e in expressions for n in ast.walk(e) if isinstance(n, ast.Name)}
+    statements = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sagerl")
+        or isinstance(node, ast.Assign | ast.AnnAssign)
+    ]
+    chosen: list[ast.stmt] = []
+    while True:  # what the chosen statements read is needed too
+        more = [s for s in statements if s not in chosen and _bound(s) & needed]
+        if not more:
+            break
+        chosen += more
+        needed |= {n.id for s in more for n in ast.walk(s) if isinstance(n, ast.Name)}
+    namespace: dict = {}
+    for node in sorted(chosen, key=lambda s: s.lineno):
+        try:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), "<config>", "exec"), namespace)
+        except Exception:  # noqa: BLE001 (a name the module takes from its engine: left as written)
+            pass
+    return namespace
+
+
+def _value(node: ast.expr, namespace: dict) -> object:
+    """The value of an expression of the module (a literal, a constant, an f-string).
+
+    Raises:
+        Exception: any the expression raises (a name the namespace lacks).
+    """
+    return eval(compile(ast.Expression(body=node), "<config>", "eval"), dict(namespace))  # noqa: S307
 
 
 def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, Path):
+    if isinstance(value, str | Path):
         return f'"{value}"'
     return repr(value)
 
 
 def config_fields(path: str) -> list[FieldDoc]:
-    """Every field the config class ``path`` (``module.Class``) declares itself, in source order.
+    """Every field the config class ``path`` (``module.Class``) declares itself, in source order, with its
+    default and help evaluated as Python would (f-strings, constants), read from the source.
 
     Raises:
         StopIteration: no class of that name in the module's source.
     """
     module, _, name = path.rpartition(".")
-    declared = _declared_fields(module, name)
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except ImportError:  # the verl plugin without verl: the source as written
-        cls = None
-    runtime = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
+    tree, cls = _class_node(module, name)
+    declared = _declared_fields(cls)
+    expressions = [
+        e for d in declared for e in (d.default, d.default_factory, d.help, d.unit) if e is not None
+    ]
+    namespace = _namespace(tree, expressions)
+
+    def shown(node: ast.expr | None, call: bool = False) -> str:
+        try:
+            value = _value(node, namespace)
+            return _shown(value() if call else value)
+        except Exception:  # noqa: BLE001 (as written)
+            return f"{ast.unparse(node)}()" if call else ast.unparse(node)
+
+    def text(node: ast.expr | None) -> str:
+        if node is None:
+            return ""
+        try:
+            return str(_value(node, namespace))
+        except Exception:  # noqa: BLE001
+            return ast.unparse(node)
+
     out = []
     for d in declared:
-        # the annotation as written (HfArgumentParser rewrites the fields' types in place)
-        default, help_text, unit, annotation = d.default, d.help, d.unit, d.annotation
-        f = runtime.get(d.name)
-        if f is not None:
-            if f.default is not dataclasses.MISSING:
-                default = _shown(f.default)
-            elif f.default_factory is not dataclasses.MISSING:
-                default = _shown(f.default_factory())
-            help_text = f.metadata.get("help", "")
-            unit = f.metadata.get("metavar", "")
-        text = help_text or d.docstring
-        out.append(FieldDoc(d.name, annotation, default, unit, " ".join(text.split())))
+        if d.default is not None:
+            default = shown(d.default)
+        elif d.default_factory is not None:
+            default = shown(d.default_factory, call=True)
+        else:
+            default = "required"
+        help_text = text(d.help) or d.docstring
+        out.append(FieldDoc(d.name, d.annotation, default, text(d.unit), " ".join(help_text.split())))
     return out
 
 
-def inherited_fields(path: str) -> list[str]:
-    """The names of the fields a config class inherits (TRL's GRPOConfig's, verl's PolicyLossConfig's), or
-    [] when the class does not import."""
+def base_class(path: str) -> str | None:
+    """The dotted name of the class a config class extends (``trl.GRPOConfig``), from its module's imports;
+    None for a class of its own."""
     module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except ImportError:
-        return []
-    own = {d.name for d in _declared_fields(module, name)}
-    return [f.name for f in dataclasses.fields(cls) if f.init and f.name not in own]
+    tree, cls = _class_node(module, name)
+    if not cls.bases:
+        return None
+    base = ast.unparse(cls.bases[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == base:
+                    return f"{node.module}.{alias.name}"
+    return f"{module}.{base}"
 
 
 def _cell(text: str) -> str:
@@ -214,12 +263,6 @@ def fields_table(path: str) -> str:
     return "\n".join(lines)
 
 
-def _base_name(path: str) -> str:
-    module, _, name = path.rpartition(".")
-    base = getattr(importlib.import_module(module), name).__mro__[1]
-    return f"{base.__module__.split('.')[0]}.{base.__qualname__}"
-
-
 SECTION = re.compile(
     r"^(Args|Arguments|Attributes|Raises|Returns|Yields|Examples?|Notes?|Warnings?):\s*$", re.M
 )
@@ -227,15 +270,10 @@ SECTION = re.compile(
 
 def docstring_with_table(docstring: str, path: str) -> str:
     """``docstring`` with the class's "Fields" table before its first Google-style section (Raises, ...)."""
-    names = inherited_fields(path)
     parts = ["**Fields**", "", fields_table(path)]
-    if names:
-        parts += [
-            "",
-            f'??? note "The {len(names)} fields inherited from `{_base_name(path)}`, each with its meaning unchanged"',
-            "",
-            "    " + ", ".join(f"`{n}`" for n in names),
-        ]
+    base = base_class(path)
+    if base is not None:
+        parts += ["", f"And every field of `{base}`, each with its meaning unchanged."]
     block = "\n".join(parts) + "\n"
     match = SECTION.search(docstring)
     if match is None:
