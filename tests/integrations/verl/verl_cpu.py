@@ -118,8 +118,9 @@ def compose(overrides: list[str]):
 
 
 def command_overrides(command: str) -> list[str]:
-    """The ``key=value`` arguments of a ``python -m verl.trainer.main_ppo ...`` shell command."""
-    words = shlex.split(command.replace("\\\n", " "))
+    """The ``key=value`` arguments of a ``python -m verl.trainer.main_ppo ...`` shell command (a backslash at the
+    end of a line joins it to the next as the shell does: removed, so a quoted word may continue there)."""
+    words = shlex.split(command.replace("\\\n", ""))
     start = words.index("verl.trainer.main_ppo") + 1
     return [w for w in words[start:] if "=" in w]
 
