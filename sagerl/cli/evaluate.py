@@ -19,7 +19,7 @@ def eval_command(
         None,
         "--model",
         "-m",
-        help="Model path or hub id, or a built-in name (planted-reference, planted-teacher). Default: the embedded SmolLM2-135M-Instruct.",
+        help="Model path or hub id, or a shipped planted model (planted-reference, planted-teacher-b2; sagerl planted list). Default: the embedded SmolLM2-135M-Instruct.",
     ),
     n: int = typer.Option(
         16, "-n", "--num-samples", help="Samples per problem; pass@k for k = 1, 2, 4, ..., n."

@@ -20,7 +20,7 @@ def train_command(
         None,
         "--model",
         "-m",
-        help="HF path or id, or a built-in name (planted-reference, planted-teacher); default: embedded SmolLM2.",
+        help="HF path or id, or a shipped planted model (planted-reference, planted-teacher-b2; sagerl planted list); default: embedded SmolLM2.",
     ),
     dataset: str | None = typer.Option(
         None, "--dataset", "-d", help="Named set or JSONL (default: arith_train)."

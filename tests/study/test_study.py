@@ -140,11 +140,11 @@ def test_dry_run_prints_every_command(tmp_path, capsys):
     main(["study", str(path), "--dry-run", "--out", str(tmp_path / "out")])
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 + 2 * 2 + 1  # reference, (train, eval) per seed, aggregate
-    assert lines[0].startswith(
-        "sagerl eval --model planted-reference --dataset planted_common,planted_rare -n 2"
+    assert lines[0].startswith(  # with the study's thread count
+        "OMP_NUM_THREADS=1 sagerl eval --model planted-reference --dataset planted_common,planted_rare -n 2"
     )
     train_seed1 = lines[3]
-    assert train_seed1.startswith("sagerl train --preset grpo+branch --output-dir")
+    assert train_seed1.startswith("OMP_NUM_THREADS=1 sagerl train --preset grpo+branch --output-dir")
     assert (
         "--set gamma=0.5" in train_seed1 and "--set seed=1" in train_seed1 and "--max-steps 2" in train_seed1
     )
