@@ -66,6 +66,7 @@ def _eval_kwargs(study: Study) -> dict[str, Any]:
         seed=e.seed,
         few_shot=e.few_shot,
         batch_size=e.batch_size,
+        dtype=e.dtype,
     )
 
 
@@ -73,7 +74,7 @@ def _eval_args(study: Study, model: str, out: Path) -> list[str]:
     e = study.eval
     args = ["sagerl", "eval", "--model", model, "--dataset", ",".join(e.datasets), "-n", str(e.n)]
     args += ["--max-new-tokens", str(e.max_new_tokens), "--temperature", str(e.temperature)]
-    args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--out", str(out)]
+    args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--dtype", e.dtype, "--out", str(out)]
     for flag, value in (("--limit", e.limit), ("--few-shot", e.few_shot), ("--batch-size", e.batch_size)):
         if value is not None:
             args += [flag, str(value)]

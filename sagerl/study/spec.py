@@ -12,7 +12,7 @@ Layout (YAML)::
       datasets: [planted_common, planted_rare]
       n: 64                            # samples per problem: pass@k for k = 1, 2, 4, ..., n
       max_new_tokens: 24
-      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed
+      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed, dtype
     seeds: [0, 1, 2]
     cells:
       - preset: grpo
@@ -93,6 +93,7 @@ EVAL_KEYS = {
     "few_shot",
     "batch_size",
     "seed",
+    "dtype",
 }
 CELL_KEYS = {"preset", "name", "set", "seeds"}
 SWEEP_KEYS = {"preset", "grid", "set", "seeds", "name"}
@@ -137,6 +138,7 @@ class EvalSettings:
     few_shot: int | None = None
     batch_size: int | None = None
     seed: int = 0
+    dtype: str = "auto"
 
 
 @dataclass
@@ -338,6 +340,9 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
             )
     if eval_settings.n < 1 or eval_settings.max_new_tokens < 1:
         raise ConfigError(f"{source}: eval.n and eval.max_new_tokens must be >= 1")
+    from sagerl.precision import check_dtype
+
+    check_dtype(eval_settings.dtype, f"{source}: eval.dtype")
 
     seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
     builds = _builds(data.get("builds"), model, f"{source}: builds")

@@ -31,6 +31,7 @@ import yaml
 from sagerl import __version__
 from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, first_line
+from sagerl.precision import check_dtype
 from sagerl.run_lock import run_lock
 from sagerl.train.presets import load_preset
 
@@ -73,6 +74,8 @@ class RunSettings:
     """Grade the last number when there is no ``\\boxed{}``."""
     format_reward_weight: float = 0.0
     """Weight of the format reward (a complete ``\\boxed{}``); 0: off."""
+    dtype: str = "auto"
+    """Compute precision: ``auto``, ``float32`` or ``bfloat16`` (:mod:`sagerl.precision`)."""
 
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunSettings)}
@@ -232,6 +235,7 @@ def resolve_config(preset: str, overrides: dict[str, Any]) -> ResolvedConfig:
             setattr(settings, key, coerce_value(key, value))
         else:
             trainer[key] = coerce_value(key, value)
+    check_dtype(settings.dtype, "dtype")
     return ResolvedConfig(preset, settings, trainer)
 
 
