@@ -179,6 +179,16 @@ class SAGETrainer(GRPOTrainer):
         return logps
 
     # ------------------------------------------------------------------ rollout
+    def _generate_single_turn(self, *args, **kwargs):
+        """TRL's rollout; with ``bf16`` on a CPU and transformers' ``generate``, under bfloat16 autocast (TRL
+        samples with the float32 master weights there; on a GPU it leaves the weights in the training
+        dtype, and vLLM has its own). The sampling probabilities are float32 (autocast runs softmax in
+        float32)."""
+        if self.args.bf16 and not self.use_vllm and self.accelerator.device.type == "cpu":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return super()._generate_single_turn(*args, **kwargs)
+        return super()._generate_single_turn(*args, **kwargs)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards_per_func = rewards_per_func
