@@ -1,9 +1,12 @@
 """SAGEConfig validation and the presets: every paper row resolves to the documented settings."""
 
+import math
+
 import pytest
 
 from sagerl.errors import ConfigError
 from sagerl.train import SAGEConfig
+from sagerl.train.config import NUMERIC_RANGES, numeric_fields
 from sagerl.train.run import build_trainer_config, parse_overrides, resolve_config
 
 COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
@@ -25,13 +28,51 @@ COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
         (dict(kl_placement="reward", divergence="forward", beta=0.05), "needs divergence='reverse'"),
         (dict(q_min=1.1), "q_min"),
         (dict(overlong_buffer_len=5000, max_completion_length=256), "overlong_buffer_len"),
-        (dict(max_steps=-3), "max_steps=-3: give a positive number of optimizer steps"),
+        (dict(max_steps=-3), "max_steps=-3 must be an integer in"),
         (dict(max_steps=0), "max_steps=0: give a positive number"),
     ],
 )
 def test_unsupported_or_inconsistent_options_raise(bad, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         SAGEConfig(**COMMON, **bad)
+
+
+NUMERIC = sorted(numeric_fields(SAGEConfig))
+
+
+def test_every_numeric_field_has_a_declared_range():
+    # a numeric field added to SAGEConfig (or by a TRL upgrade) without a range in NUMERIC_RANGES fails here
+    missing = [name for name in NUMERIC if name not in NUMERIC_RANGES]
+    assert missing == [], f"declare the range of {missing} in sagerl/train/config.py NUMERIC_RANGES"
+    assert sorted(set(NUMERIC_RANGES) - set(NUMERIC)) == []  # and no range for a field that is gone
+    assert len(NUMERIC) > 90
+
+
+def _outside(name: str) -> list:
+    return [math.nan, math.inf, -math.inf, *NUMERIC_RANGES.get(name, ()).just_outside()]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_nan_inf_and_values_just_outside_fail_naming_field_value_and_range(name):
+    allowed = NUMERIC_RANGES.get(name)
+    assert allowed is not None, f"no declared range for {name}"
+    for value in _outside(name):
+        with pytest.raises(ConfigError) as info:
+            SAGEConfig(**COMMON, **{name: value})
+        assert str(info.value) == f"{name}={value!r} must be {allowed}"
+    if allowed.integer:  # an integer field refuses a float, even a whole one
+        with pytest.raises(ConfigError, match=f"^{name}=.* must be an integer"):
+            SAGEConfig(**COMMON, **{name: float(max(allowed.low, 0) + 1)})
+
+
+def test_the_issue_cases():
+    with pytest.raises(ConfigError, match=r"^w_reinforce_lambda=inf must be a number in \(0, inf\)$"):
+        SAGEConfig(**COMMON, w_reinforce_lambda=math.inf)
+    with pytest.raises(ConfigError, match=r"^passk_k=9 must be an integer in \[1, 8\]$"):
+        SAGEConfig(**COMMON, advantage_estimator="pkpo", passk_k=9)
+    with pytest.raises(ConfigError, match=r"^gamma='0.3' must be a number in \[0, inf\)$"):
+        SAGEConfig(**COMMON, gamma="0.3")
+    SAGEConfig(**COMMON, pad_to_multiple_of="auto")  # int | str: the string is TRL's to read
 
 
 def test_max_steps_minus_one_or_positive():

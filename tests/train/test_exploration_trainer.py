@@ -108,22 +108,22 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
     [
         (
             dict(advantage_estimator="passk", passk_k=0),
-            r"passk_k=0 must be an integer in 1..num_generations=4",
+            r"passk_k=0 must be an integer in \[1, inf\)",
         ),
         (
             dict(advantage_estimator="pkpo", passk_k=5),
-            r"passk_k=5 must be an integer in 1..num_generations=4",
+            r"passk_k=5 must be an integer in \[1, 4\]",
         ),
         (
             dict(advantage_estimator="pkpo", passk_k=4, pkpo_baseline="loo"),
             "needs passk_k <= num_generations - 1",
         ),
-        (dict(w_reinforce_lambda=0.0), r"w_reinforce_lambda=0.0 must be > 0"),
-        (dict(unlikeliness_beta=1.5), r"unlikeliness_beta=1.5 must be in \[0, 1\]"),
-        (dict(entropy_adv_kappa=1.0), r"entropy_adv_kappa=1.0 must be > 1"),
-        (dict(entropy_adv_alpha=-0.1), r"entropy_adv_alpha=-0.1 must be >= 0"),
-        (dict(clip_cov_ratio=1.0), r"clip_cov_ratio=1.0 must be in \(0, 1\)"),
-        (dict(kl_cov_ratio=0.0), r"kl_cov_ratio=0.0 must be in \(0, 1\)"),
+        (dict(w_reinforce_lambda=0.0), r"w_reinforce_lambda=0.0 must be a number in \(0, inf\)"),
+        (dict(unlikeliness_beta=1.5), r"unlikeliness_beta=1.5 must be a number in \[0, 1\]"),
+        (dict(entropy_adv_kappa=1.0), r"entropy_adv_kappa=1.0 must be a number in \(1, inf\)"),
+        (dict(entropy_adv_alpha=-0.1), r"entropy_adv_alpha=-0.1 must be a number in \[0, inf\)"),
+        (dict(clip_cov_ratio=1.0), r"clip_cov_ratio=1.0 must be a number in \(0, 1\)"),
+        (dict(kl_cov_ratio=0.0), r"kl_cov_ratio=0.0 must be a number in \(0, 1\)"),
         (dict(policy_loss="kl_cov"), "does nothing when training is strictly on-policy"),
         (dict(policy_loss="cov"), "policy_loss='cov' is not one of"),
         (
@@ -131,7 +131,7 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
             "needs binary rewards",
         ),
         (dict(max_num_gen_batches=3), "set dynamic_sampling=True"),
-        (dict(dynamic_sampling=True, max_num_gen_batches=-1), "must be >= 0"),
+        (dict(dynamic_sampling=True, max_num_gen_batches=-1), r"must be an integer in \[0, inf\)"),
     ],
 )
 def test_bad_settings_fail_at_config_time(overrides, message, tmp_path):
