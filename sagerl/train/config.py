@@ -273,6 +273,15 @@ class SAGEConfig(GRPOConfig):
     pkpo_baseline: str = field(
         default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
     )
+    signed_samples_only: bool = field(
+        default=False,
+        metadata={
+            "help": "PSR/NSR: train on the correct (psr) or the wrong (nsr) completions only, as the authors' "
+            "trainer does: the loss's means, and its KL term, run over them. False: every completion stays in "
+            "the loss, the others with advantage 0 (an unbiased per-sample mean, whose step scales with the "
+            "share of kept completions)."
+        },
+    )
     w_reinforce_lambda: float = field(
         default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
     )
@@ -420,6 +429,11 @@ class SAGEConfig(GRPOConfig):
         if estimator == "pkpo" and self.pkpo_baseline == "loo" and self.passk_k > group - 1:
             raise ConfigError(
                 f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1} (got {self.passk_k})"
+            )
+        if self.signed_samples_only and estimator not in ("psr", "nsr"):
+            raise ConfigError(
+                f"signed_samples_only keeps the correct (psr) or wrong (nsr) completions: it needs "
+                f"advantage_estimator='psr' or 'nsr' (got {estimator!r})"
             )
         if not self.clip_cov_lb < self.clip_cov_ub:
             raise ConfigError(f"clip_cov_lb={self.clip_cov_lb} must be below clip_cov_ub={self.clip_cov_ub}")

@@ -99,8 +99,8 @@ EXPECTED = {
     "w-reinforce": ("none", 0.05, "reverse", "w_reinforce", "seq-mean-token-mean", 0.2, False, 0),
     "psr": ("none", 0.05, "reverse", "psr", "seq-mean-token-mean", 0.2, False, 0),
     "nsr": ("none", 0.05, "reverse", "nsr", "seq-mean-token-mean", 0.2, False, 0),
-    "unlikely": ("none", 0.05, "reverse", "unlikely", "seq-mean-token-mean", 0.2, False, 0),
-    "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "unlikely": ("none", 0.05, "reverse", "unlikely", "seq-mean-token-mean", 0.2, True, 0),
+    "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 1.0, False, 0),
     "kl-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "entropy-adv": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
 }
@@ -109,8 +109,16 @@ METHOD_KEYS = {
     "passk": {"passk_k": 4},
     "pkpo": {"passk_k": 4, "pkpo_baseline": "loo_minus_one"},
     "w-reinforce": {"w_reinforce_lambda": 0.1},
-    "unlikely": {"unlikeliness_beta": 0.25},
-    "clip-cov": {"policy_loss": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    "unlikely": {"unlikeliness_beta": 0.25, "max_num_gen_batches": 10},  # the authors' refill of equal groups
+    "clip-cov": {  # the authors' recipe: PPO's clip at ε_low = ε_high = 1
+        "policy_loss": "clip_cov",
+        "clip_cov_ratio": 2e-4,
+        "clip_cov_lb": 1.0,
+        "clip_cov_ub": 5.0,
+        "epsilon": 1.0,
+    },
+    "psr": {"signed_samples_only": False},  # sagerl's per-sample mean (docs/methods.md says why)
+    "nsr": {"signed_samples_only": False},
     "kl-cov": {"policy_loss": "kl_cov", "kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0, "num_iterations": 2},
     "entropy-adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
     "dapo": {"max_num_gen_batches": 10},
@@ -140,7 +148,8 @@ def test_presets_resolve_to_the_paper_rows(preset, tmp_path):
     assert got == EXPECTED[preset]
     assert {key: getattr(args, key) for key in METHOD_KEYS.get(preset, {})} == METHOD_KEYS.get(preset, {})
     # the authors' shared defaults
-    assert (args.num_generations, args.temperature, args.epsilon) == (8, 1.0, 0.2)
+    assert (args.num_generations, args.temperature) == (8, 1.0)
+    assert args.epsilon == (1.0 if preset == "clip-cov" else 0.2)
     assert (args.gamma, args.tau, args.q_min, args.q_max) == (0.3, 1.2, 0.6, 1.4)
 
 
