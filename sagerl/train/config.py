@@ -93,7 +93,7 @@ NUMERIC_RANGES: dict[str, Range] = {
     # --- trl.GRPOConfig ----------------------------------------------------------------------------------
     "router_aux_loss_coef": _NONNEG,
     "num_generations": Range(2, integer=True),  # a group needs two completions to have a spread
-    "num_generations_eval": Range(2, integer=True),
+    "num_generations_eval": _COUNT,  # evaluation may sample one completion per prompt
     "max_completion_length": _COUNT,
     "pad_to_multiple_of": _COUNT,
     "generation_batch_size": _COUNT,
