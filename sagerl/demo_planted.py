@@ -34,11 +34,17 @@ def planted_study(methods: tuple[str, ...] = ("grpo", BEST), seeds: tuple[int, .
                 "gradient_accumulation_steps": 1,
                 "steps_per_generation": 2,
                 "learning_rate": 1.0e-3,
+                "dtype": "float32",
                 "max_completion_length": 24,
                 "save_steps": 100,
             },
         },
-        "eval": {"datasets": ["planted_common", "planted_rare"], "n": 64, "max_new_tokens": 24},
+        "eval": {
+            "datasets": ["planted_common", "planted_rare"],
+            "n": 64,
+            "max_new_tokens": 24,
+            "dtype": "float32",
+        },
         "seeds": list(seeds),
         "paired": {"baseline": methods[0], "metrics": ["solved/planted_rare", "pass@1/planted_common"]},
         "cells": [

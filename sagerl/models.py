@@ -85,29 +85,33 @@ def _convert_embedded(gguf: Path, target: Path) -> Path:
     return build_folder(target, save)
 
 
-BUILT_IN_MODELS = {
-    "planted-reference": ("sagerl.tasks.planted_model", "build_planted_model", "reference"),
-    "planted-teacher": ("sagerl.tasks.planted_model", "build_planted_model", "teacher"),
-    "planted-reference-10": ("sagerl.tasks.planted_model", "build_planted_model", "reference-10"),
-}
-"""Models sagerl builds itself on first use (name -> module, function, argument): the planted-strategy
-task's tiny reference and teacher models. Looked up by name, so this layer imports the task lazily."""
+BUILT_IN_PROVIDER = "sagerl.tasks.planted_model"
+"""The module of the models sagerl ships besides the embedded one (the planted-strategy task's tiny reference
+and teacher builds, each file checked against its SHA-256); imported lazily, so this layer does not import
+the task."""
+
+
+def built_in_model_names() -> list[str]:
+    """The names of the shipped planted models (``planted-reference``, ``planted-teacher-b2``, ...)."""
+    import importlib
+
+    return importlib.import_module(BUILT_IN_PROVIDER).planted_model_names()
 
 
 def resolve_model(name_or_path: str | None) -> str:
-    """Map ``None`` or the embedded model's name, or a :data:`BUILT_IN_MODELS` name, to its local folder
-    (building it on first use); return anything else unchanged.
+    """Map ``None`` or the embedded model's name, or a shipped model's name (:func:`built_in_model_names`),
+    to its local folder; return anything else unchanged.
 
     Raises:
-        ModelLoadError: a bare name within a typo of a built-in name ("did you mean ...?").
+        ModelLoadError: a bare name within a typo of a built-in name ("did you mean ...?"); a shipped model
+            whose files do not match their SHA-256 (the file named).
     """
     if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default"):
         return str(embedded_model_dir())
-    if name_or_path in BUILT_IN_MODELS:
+    if name_or_path in built_in_model_names():
         import importlib
 
-        module, function, argument = BUILT_IN_MODELS[name_or_path]
-        return str(getattr(importlib.import_module(module), function)(argument))
+        return str(importlib.import_module(BUILT_IN_PROVIDER).shipped_planted_model(name_or_path))
     _refuse_misspelled_name(name_or_path)
     return name_or_path
 
@@ -119,7 +123,7 @@ def _refuse_misspelled_name(name: str) -> None:
 
     if "/" in name or Path(name).exists():
         return
-    names = [*BUILT_IN_MODELS, EMBEDDED_MODEL]
+    names = [*built_in_model_names(), EMBEDDED_MODEL]
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
     if close:
         raise ModelLoadError(
@@ -176,14 +180,16 @@ def offline_message(name: str | None) -> str:
 
 
 def check_model(name_or_path: str | None) -> None:
-    """Check that ``name_or_path`` names a model, without building or loading one: built-in names pass
-    (they are built on first use); a folder needs a ``config.json``; a hub id is looked up (its config
+    """Check that ``name_or_path`` names a model, without loading one: built-in names pass (their files are
+    checked when resolved); a folder needs a ``config.json``; a hub id is looked up (its config
     only) when online, and refused offline unless it is in the hub cache (:func:`offline_message`).
 
     Raises:
         ModelLoadError: one line, naming the model.
     """
-    if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default", *BUILT_IN_MODELS):
+    if name_or_path is None or name_or_path in (EMBEDDED_MODEL, "embedded", "default"):
+        return
+    if name_or_path in built_in_model_names():  # shipped: checked against its hashes when resolved
         return
     load_config(name_or_path)
 

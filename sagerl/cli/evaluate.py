@@ -19,7 +19,7 @@ def eval_command(
         None,
         "--model",
         "-m",
-        help="Model path or hub id, or a built-in name (planted-reference, planted-teacher). Default: the embedded SmolLM2-135M-Instruct.",
+        help="Model path or hub id, or a shipped planted model (planted-reference, planted-teacher-b2; sagerl planted list). Default: the embedded SmolLM2-135M-Instruct.",
     ),
     n: int = typer.Option(
         16, "-n", "--num-samples", help="Samples per problem; pass@k for k = 1, 2, 4, ..., n."
@@ -57,7 +57,10 @@ def eval_command(
         None, "--few-shot", help="Few-shot examples per prompt (default: per dataset)."
     ),
     dtype: str = typer.Option(
-        "auto", "--dtype", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16."
+        "auto",
+        "--dtype",
+        help="auto (bfloat16 where the CPU or GPU has bfloat16 matrix units, else float32), float32, bfloat16, "
+        "float16.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:

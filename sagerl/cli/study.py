@@ -25,8 +25,8 @@ def study_command(
         "--jobs",
         "-j",
         min=1,
-        help="Cells run at once, each in its own process with one torch thread (the same results; "
-        "2 on a 2-core machine halves the time of tiny-model studies).",
+        help="Cells run at once, each in its own process with the study's torch threads (threads: 1 by "
+        "default; the same results whatever --jobs; 2 on a 2-core machine halves the time of tiny-model studies).",
     ),
 ) -> None:
     """Run a study cell by cell (resumable; failed cells reported) and write one table with 95% CIs over seeds."""
@@ -35,7 +35,7 @@ def study_command(
 
     from rich.console import Console
 
-    from sagerl.study import cell_commands, check_finished_cells, reference_command, run_study, study_folder
+    from sagerl.study import cell_commands, check_finished_cells, reference_commands, run_study, study_folder
     from sagerl.study.folders import read_cell_status
     from sagerl.study.spec import load_studies
     from sagerl.study.table import finished_summary, render_terminal, write_study_table
@@ -46,7 +46,8 @@ def study_command(
         check_finished_cells(study, folder)
     if dry_run:
         for study, folder in zip(studies, folders, strict=True):
-            typer.echo(reference_command(study, folder))
+            for command in reference_commands(study, folder):
+                typer.echo(command)
             for cell in study.cells:
                 for command in cell_commands(study, folder, cell):
                     typer.echo(command)

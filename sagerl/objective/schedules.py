@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sagerl.objective._checks import COUNT, FINITE, Range, check_number
+
 SCHEDULES = ("constant", "cosine")
 
 
@@ -17,6 +19,9 @@ class ConstantSchedule:
     """The same value at every step."""
 
     value: float
+
+    def __post_init__(self) -> None:
+        check_number("value", self.value, FINITE)
 
     def __call__(self, step: int) -> float:
         return self.value
@@ -32,7 +37,8 @@ class CosineRestartSchedule:
     Steps past ``total_steps`` stay at the end of the last cycle.
 
     Raises:
-        ValueError: ``total_steps < 1``, ``num_restarts < 0`` or ``decay`` outside (0, 1].
+        ValueError: ``upper`` or ``lower`` not finite, ``total_steps`` not an integer >= 1, ``num_restarts``
+            not an integer >= 0, or ``decay`` outside (0, 1].
     """
 
     upper: float
@@ -42,11 +48,11 @@ class CosineRestartSchedule:
     decay: float = 0.9
 
     def __post_init__(self) -> None:
-        if self.total_steps < 1 or self.num_restarts < 0 or not 0 < self.decay <= 1:
-            raise ValueError(
-                f"cosine schedule needs total_steps >= 1, num_restarts >= 0 and 0 < decay <= 1, got "
-                f"total_steps={self.total_steps}, num_restarts={self.num_restarts}, decay={self.decay}"
-            )
+        check_number("upper", self.upper, FINITE)
+        check_number("lower", self.lower, FINITE)
+        check_number("total_steps", self.total_steps, COUNT)
+        check_number("num_restarts", self.num_restarts, Range(0, integer=True))
+        check_number("decay", self.decay, Range(0.0, 1.0, low_open=True))
 
     def __call__(self, step: int) -> float:
         cycles = self.num_restarts + 1
@@ -70,10 +76,10 @@ def make_schedule(
     """Build a schedule by name: ``"constant"`` (always ``value``) or ``"cosine"`` (``value`` is the upper bound).
 
     Raises:
-        ValueError: unknown kind.
+        ValueError: unknown kind, or a setting out of its range (see the two schedules).
     """
-    if kind == "constant":
-        return ConstantSchedule(value)
-    if kind == "cosine":
-        return CosineRestartSchedule(value, lower, total_steps, num_restarts, decay)
-    raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+    check_number("value", value, FINITE)
+    cosine = CosineRestartSchedule(value, lower, total_steps, num_restarts, decay)  # checks every setting
+    return ConstantSchedule(value) if kind == "constant" else cosine

@@ -9,7 +9,7 @@
 from sagerl.study.runner import (
     cell_commands,
     check_finished_cells,
-    reference_command,
+    reference_commands,
     run_study,
     study_folder,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "collect",
     "load_study",
     "parse_study",
-    "reference_command",
+    "reference_commands",
     "run_study",
     "study_folder",
     "t_interval",

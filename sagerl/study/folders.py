@@ -4,9 +4,11 @@ Folder layout under the study folder ``OUT``::
 
     OUT/study.yaml                      the study as run (resolved cells)
     OUT/reference/                      sagerl eval of the model before any training
+    OUT/reference/<build>/              the same, per reference build (a study with builds)
     OUT/cells/<cell>/seed-<s>/train/    sagerl train run folder (config.yaml, metrics.jsonl, model/)
     OUT/cells/<cell>/seed-<s>/eval/     sagerl eval run folder of train/model
     OUT/cells/<cell>/seed-<s>/cell.json status ("ok" | "failed"), error, times
+    OUT/cells/<cell>/<build>/seed-<s>/  the same, per reference build (a study with builds)
     OUT/study.json, OUT/table.md, OUT/*.png   the aggregate (:mod:`sagerl.study.table`)
 
 :mod:`sagerl.study.runner` writes these folders and :mod:`sagerl.study.table` reads them; both take the
@@ -25,6 +27,11 @@ CELL_FILE = "cell.json"
 """A cell's status file, in ``OUT/cells/<cell>/seed-<s>/``."""
 REFERENCE = "reference"
 """The folder of the reference evaluation (the model before training), in ``OUT``."""
+
+
+def reference_folder(build: str | None) -> str:
+    """Relative folder of the reference evaluation: ``reference``, or ``reference/<build>``."""
+    return REFERENCE if build is None else f"{REFERENCE}/{build}"
 
 
 def study_folder(study: Study, out: str | Path | None) -> Path:

@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 
 from sagerl.atomic_files import atomic_write_text
+from sagerl.determinism import fixed_threads
 from sagerl.errors import ConfigError, first_line
-from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, study_folder
+from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, reference_folder, study_folder
 from sagerl.study.spec import Cell, Study
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "cell_commands",
     "check_finished_cells",
     "read_cell_status",
-    "reference_command",
+    "reference_commands",
     "run_cell",
     "run_reference",
     "run_study",
@@ -46,11 +47,10 @@ __all__ = [
 
 def _train_overrides(study: Study, cell: Cell) -> dict[str, Any]:
     return {
-        **study.common,
-        **cell.overrides,
+        **study.run_overrides(cell),
         "seed": cell.seed,
         "max_steps": study.steps,
-        "model": study.model,
+        "model": study.model_of(cell.build),
         "dataset": study.dataset,
     }
 
@@ -66,6 +66,7 @@ def _eval_kwargs(study: Study) -> dict[str, Any]:
         seed=e.seed,
         few_shot=e.few_shot,
         batch_size=e.batch_size,
+        dtype=e.dtype,
     )
 
 
@@ -73,7 +74,7 @@ def _eval_args(study: Study, model: str, out: Path) -> list[str]:
     e = study.eval
     args = ["sagerl", "eval", "--model", model, "--dataset", ",".join(e.datasets), "-n", str(e.n)]
     args += ["--max-new-tokens", str(e.max_new_tokens), "--temperature", str(e.temperature)]
-    args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--out", str(out)]
+    args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--dtype", e.dtype, "--out", str(out)]
     for flag, value in (("--limit", e.limit), ("--few-shot", e.few_shot), ("--batch-size", e.batch_size)):
         if value is not None:
             args += [flag, str(value)]
@@ -84,21 +85,35 @@ def _set_value(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
+def _threads_prefix(study: Study) -> str:
+    """``OMP_NUM_THREADS=N `` before a printed command: torch then runs it with the study's threads."""
+    return f"OMP_NUM_THREADS={study.threads} "
+
+
 def cell_commands(study: Study, out: Path, cell: Cell) -> list[str]:
-    """The ``sagerl train`` and ``sagerl eval`` commands that run ``cell`` (what ``--dry-run`` prints)."""
+    """The ``sagerl train`` and ``sagerl eval`` commands that run ``cell`` (what ``--dry-run`` prints), each
+    with the study's thread count (``OMP_NUM_THREADS=N``)."""
     folder = out / cell.folder
     args = ["sagerl", "train", "--preset", cell.preset, "--output-dir", str(folder / "train")]
-    if study.model is not None:
-        args += ["--model", study.model]
+    model = study.model_of(cell.build)
+    if model is not None:
+        args += ["--model", model]
     args += ["--dataset", study.dataset, "--max-steps", str(study.steps)]
-    for key, value in {**study.common, **cell.overrides, "seed": cell.seed}.items():
+    for key, value in {**study.run_overrides(cell), "seed": cell.seed}.items():
         args += ["--set", f"{key}={_set_value(value)}"]
-    return [shlex.join(args), shlex.join(_eval_args(study, str(folder / "train" / "model"), folder / "eval"))]
+    evaluate = _eval_args(study, str(folder / "train" / "model"), folder / "eval")
+    return [_threads_prefix(study) + shlex.join(args), _threads_prefix(study) + shlex.join(evaluate)]
 
 
-def reference_command(study: Study, out: Path) -> str:
-    """The ``sagerl eval`` command of the reference (the model before training)."""
-    return shlex.join(_eval_args(study, study.model or "smollm2-135m-instruct", out / REFERENCE))
+def reference_commands(study: Study, out: Path) -> list[str]:
+    """The ``sagerl eval`` command of the reference (the model before training), one per build."""
+    return [
+        _threads_prefix(study)
+        + shlex.join(
+            _eval_args(study, study.model_of(b) or "smollm2-135m-instruct", out / reference_folder(b))
+        )
+        for b in study.builds or [None]
+    ]
 
 
 def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
@@ -111,6 +126,7 @@ def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
         "train": _train_overrides(study, cell),
         "eval": _eval_kwargs(study),
         "preset_keys": load_preset(cell.preset),
+        "threads": study.threads,
     }
     return json.loads(json.dumps(record))
 
@@ -146,8 +162,9 @@ def check_finished_cells(study: Study, out: Path) -> None:
         diffs = _differences({"preset": previous.get("preset")}, {"preset": cell.preset})
         if "settings" in previous:
             now = _recorded_settings(study, cell)
-            if "preset_keys" not in previous["settings"]:  # recorded before presets were
-                now.pop("preset_keys")
+            for key in ("preset_keys", "threads"):  # recorded before these were
+                if key not in previous["settings"]:
+                    now.pop(key)
             diffs += _differences(previous["settings"], now)
         else:
             diffs += _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
@@ -165,18 +182,22 @@ def _write_status(out: Path, cell: Cell, status: dict[str, Any]) -> None:
     atomic_write_text(out / cell.folder / CELL_FILE, json.dumps(status, indent=2) + "\n")
 
 
-def run_reference(study: Study, out: Path, progress: bool = False) -> Path:
-    """Evaluate the untrained model once (resumable); returns its eval folder."""
+def run_reference(study: Study, out: Path, progress: bool = False, build: str | None = None) -> Path:
+    """Evaluate the untrained model (of ``build``) once, with the study's threads (resumable); returns its
+    eval folder."""
     from sagerl.eval import evaluate
 
-    folder = out / REFERENCE
-    evaluate(study.model, study.eval.datasets, out=folder, progress=progress, **_eval_kwargs(study))
+    folder = out / reference_folder(build)
+    with fixed_threads(study.threads):
+        evaluate(
+            study.model_of(build), study.eval.datasets, out=folder, progress=progress, **_eval_kwargs(study)
+        )
     return folder
 
 
 def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
-    """Train and evaluate one cell; returns (and writes) its status. Never raises for a failing cell
-    (except KeyboardInterrupt)."""
+    """Train and evaluate one cell with the study's threads; returns (and writes) its status. Never raises
+    for a failing cell (except KeyboardInterrupt)."""
     from sagerl.eval import evaluate
     from sagerl.train.run import train
 
@@ -184,14 +205,18 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     status: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "seed": cell.seed}
     status["overrides"] = cell.overrides
     status["settings"] = _recorded_settings(study, cell)
+    if cell.build is not None:
+        status["build"] = cell.build
     started = time.perf_counter()
     try:
-        model = train(cell.preset, _train_overrides(study, cell), folder / "train", quiet=not progress)
+        with fixed_threads(study.threads):
+            model = train(cell.preset, _train_overrides(study, cell), folder / "train", quiet=not progress)
         status["train_s"] = round(time.perf_counter() - started, 2)
         t = time.perf_counter()
-        evaluate(
-            str(model), study.eval.datasets, out=folder / "eval", progress=progress, **_eval_kwargs(study)
-        )
+        with fixed_threads(study.threads):
+            evaluate(
+                str(model), study.eval.datasets, out=folder / "eval", progress=progress, **_eval_kwargs(study)
+            )
         status["eval_s"] = round(time.perf_counter() - t, 2)
         status["status"] = "ok"
     except Exception as exc:  # a failing cell is reported, and the study goes on
@@ -204,6 +229,12 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     return status
 
 
+def _run_label(cell: Cell) -> str:
+    """``grpo seed 3``, or ``grpo b2 seed 3`` on a reference build."""
+    build = "" if cell.build is None else f" {cell.build}"
+    return f"{cell.name}{build} seed {cell.seed}"
+
+
 def _init_worker(filters: list) -> None:
     """A ``run_study(jobs > 1)`` worker starts with its parent's warning filters (spawned processes do not
     inherit them; the environment, with its progress-bar switches, they do)."""
@@ -213,21 +244,12 @@ def _init_worker(filters: list) -> None:
 
 
 def _run_cell_in_worker(study: Study, out: Path, cell: Cell) -> dict[str, Any]:
-    """:func:`run_cell` in a worker process of ``run_study(jobs > 1)``: one torch thread, quiet."""
-    import torch
+    """:func:`run_cell` in a worker process of ``run_study(jobs > 1)``, quiet (the study's threads, as
+    every run)."""
     from transformers.utils import logging as hf_logging
 
-    torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
     return run_cell(study, out, cell, progress=False)
-
-
-def _prebuild_models(study: Study) -> None:
-    """Build every built-in model a cell reads (the teacher guide's), so parallel workers never build one twice."""
-    from sagerl.models import BUILT_IN_MODELS, resolve_model
-
-    for name in sorted({str(c.overrides.get("teacher_model")) for c in study.cells} & set(BUILT_IN_MODELS)):
-        resolve_model(name)
 
 
 def run_study(
@@ -242,11 +264,11 @@ def run_study(
     then write the aggregate table.
 
     Args:
-        jobs: cells run at once, each in its own process with one torch thread (the reference and the
-            built-in models it needs are done first). A run gives the same weights whatever ``jobs`` (a cell
-            is its own seeded process; tests/study checks it), so ``jobs`` only trades cores for time: on a
-            2-core machine ``jobs=2`` runs the planted task's tiny-model cells about twice as fast. Progress bars
-            are off in the workers.
+        jobs: cells run at once, each in its own process (the reference evaluations are done first). Every
+            run, alone or in a worker, has the study's ``threads`` torch threads and its own seeds, so a run
+            gives the same weights whatever ``jobs`` (tests/study checks it): ``jobs`` only trades cores for
+            time. On a 2-core machine ``jobs=2`` with ``threads: 1`` runs the planted task's tiny-model cells
+            about twice as fast. Progress bars are off in the workers.
 
     Returns:
         the study folder.
@@ -269,19 +291,20 @@ def run_study(
     record = {"name": study.name, "source": study.source, "cells": [c.__dict__ for c in study.cells]}
     atomic_write_text(out / "study.yaml", yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     start = time.perf_counter()
-    log(f"reference: {study.model or 'embedded model'} on {', '.join(study.eval.datasets)}")
-    run_reference(study, out, progress=progress)
+    for build in study.builds or [None]:
+        log(f"reference: {study.model_of(build) or 'embedded model'} on {', '.join(study.eval.datasets)}")
+        run_reference(study, out, progress=progress, build=build)
     todo = []
     for i, cell in enumerate(study.cells, start=1):
         previous = read_cell_status(out, cell)
         if previous is not None and previous.get("status") == "ok":
-            log(f"[{i}/{len(study.cells)}] {cell.name} seed {cell.seed}: done before, skipped")
+            log(f"[{i}/{len(study.cells)}] {_run_label(cell)}: done before, skipped")
         else:
             todo.append((i, cell))
 
     def report(i: int, cell: Cell, status: dict[str, Any]) -> None:
         detail = f"{status['total_s']:.0f} s" if status["status"] == "ok" else status["error"]
-        log(f"[{i}/{len(study.cells)}] {cell.name} seed {cell.seed}: {status['status']} ({detail})")
+        log(f"[{i}/{len(study.cells)}] {_run_label(cell)}: {status['status']} ({detail})")
 
     if jobs == 1 or len(todo) <= 1:
         for i, cell in todo:
@@ -290,7 +313,6 @@ def run_study(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        _prebuild_models(study)
         context = multiprocessing.get_context("spawn")  # no forked torch or tokenizer state
         import warnings
 

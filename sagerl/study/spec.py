@@ -12,7 +12,7 @@ Layout (YAML)::
       datasets: [planted_common, planted_rare]
       n: 64                            # samples per problem: pass@k for k = 1, 2, 4, ..., n
       max_new_tokens: 24
-      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed
+      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed, dtype
     seeds: [0, 1, 2]
     cells:
       - preset: grpo
@@ -29,15 +29,29 @@ Layout (YAML)::
       baseline: grpo                   # or a list, [grpo, pkpo]: paired.md, then paired-vs-pkpo.md
       metrics: [solved/planted_rare, pass@1/planted_common, kl/reference]
     settings:                          # optional: the same cells in several settings (model, train, eval,
-      - name: rare2                    # seeds overridden; train.set merged), each its own folder and
-      - name: rare10                   # reference: OUT/<setting>/
+      - name: rare2                    # seeds, builds overridden; train.set merged), each its own folder
+      - name: rare10                   # and reference: OUT/<setting>/
         model: planted-reference-10
+    builds: [b1, b2, b3]               # optional: the shipped reference builds of a planted model, a
+                                       # factor of the study (every cell x build x seed; the build's
+                                       # reference, and its teacher for planted-teacher)
+    threads: 1                         # torch threads of every run (default 1), whatever --jobs is
 
 :func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
 section keys, unknown presets, unknown or ill-typed ``set`` keys and values the ``SAGEConfig`` refuses
 (through the same resolution and checks as ``sagerl train --set``), duplicate cell names, a paired baseline
 that is not a cell. Errors name the file, the cell and the key. :func:`load_studies` expands ``settings`` into
 one :class:`Study` per setting.
+
+**Reference builds.** A planted model (``planted-reference``, ``planted-reference-10``, ``planted-teacher``) is
+shipped in several independent builds (:mod:`sagerl.tasks.planted_model`). With ``builds``, every cell runs
+for every build and seed, on that build's model (and that build's ``planted-teacher`` where a cell names
+it), each build with its own reference evaluation; the table pools builds × seeds
+(:mod:`sagerl.study.table`).
+
+**Threads.** Every run of a study (the reference evaluation too) runs with ``threads`` torch threads, whether
+it runs alone or in a worker of ``--jobs N``: a run's numbers then do not depend on how it was scheduled
+(:mod:`sagerl.determinism`).
 """
 
 from __future__ import annotations
@@ -53,8 +67,20 @@ import yaml
 
 from sagerl.errors import ConfigError, SagerlError
 
-TOP_KEYS = {"name", "model", "train", "eval", "seeds", "cells", "sweeps", "settings", "paired"}
-SETTING_KEYS = {"name", "model", "train", "eval", "seeds"}
+TOP_KEYS = {
+    "name",
+    "model",
+    "train",
+    "eval",
+    "seeds",
+    "cells",
+    "sweeps",
+    "settings",
+    "paired",
+    "builds",
+    "threads",
+}
+SETTING_KEYS = {"name", "model", "train", "eval", "seeds", "builds"}
 PAIRED_KEYS = {"baseline", "metrics"}
 TRAIN_KEYS = {"dataset", "steps", "set"}
 EVAL_KEYS = {
@@ -67,7 +93,24 @@ EVAL_KEYS = {
     "few_shot",
     "batch_size",
     "seed",
+    "dtype",
 }
+NUMERIC_RANGES: dict[str, dict] = {
+    "train.steps": dict(low=1, integer=True),
+    "seeds": dict(low=0, high=2**32 - 1, integer=True),  # SAGEConfig's seed range (numpy's)
+    "eval.n": dict(low=1, integer=True),
+    "eval.max_new_tokens": dict(low=1, integer=True),
+    "eval.temperature": dict(low=0.0),  # 0: greedy
+    "eval.top_p": dict(low=0.0, high=1.0, low_open=True),
+    "eval.limit": dict(low=1, integer=True),
+    "eval.few_shot": dict(low=0, integer=True),
+    "eval.batch_size": dict(low=1, integer=True),
+    "eval.seed": dict(low=0, high=2**32 - 1, integer=True),
+    "threads": dict(low=1, integer=True),  # torch threads of every run
+}
+"""The allowed range of every numeric setting of a study file, as the bounds of a :class:`sagerl.objective.Range`
+(built when checked, so that ``import sagerl.study`` needs no torch); a cell's ``set`` values are the
+``SAGEConfig``'s own (its ``NUMERIC_RANGES``)."""
 CELL_KEYS = {"preset", "name", "set", "seeds"}
 SWEEP_KEYS = {"preset", "grid", "set", "seeds", "name"}
 RESERVED = {"seed", "max_steps", "model", "dataset", "output_dir"}
@@ -76,17 +119,26 @@ RESERVED = {"seed", "max_steps", "model", "dataset", "output_dir"}
 
 @dataclass(frozen=True)
 class Cell:
-    """One (preset, overrides, seed) run of a study."""
+    """One (preset, overrides, seed) run of a study, on one reference build when the study has builds."""
 
     name: str
     preset: str
     overrides: dict[str, Any]
     seed: int
+    build: str | None = None
 
     @property
     def folder(self) -> str:
-        """Relative folder of the cell's runs: ``cells/<safe name>/seed-<seed>``."""
-        return f"cells/{safe_name(self.name)}/seed-{self.seed}"
+        """Relative folder of the cell's runs: ``cells/<safe name>/seed-<seed>``, or
+        ``cells/<safe name>/<build>/seed-<seed>`` on a reference build."""
+        build = "" if self.build is None else f"{self.build}/"
+        return f"cells/{safe_name(self.name)}/{build}seed-{self.seed}"
+
+    @property
+    def run_key(self) -> str:
+        """The key of this run among its cell's runs: ``"<seed>"``, or ``"<build>/<seed>"``; a paired
+        comparison pairs runs with the same key."""
+        return str(self.seed) if self.build is None else f"{self.build}/{self.seed}"
 
 
 @dataclass
@@ -111,6 +163,8 @@ class EvalSettings:
     """Sequences per generation batch; None: 64 on CPU, 256 on GPU."""
     seed: int = 0
     """Sampling seed of the evaluation (each sample's seed derives from it)."""
+    dtype: str = "auto"
+    """Compute precision of the evaluations: ``auto``, ``float32`` or ``bfloat16`` (:mod:`sagerl.precision`)."""
 
 
 @dataclass
@@ -130,11 +184,49 @@ class Study:
     (:mod:`sagerl.study.table`)."""
     setting: str | None = None
     """The name of this study's setting when the file has ``settings`` (its folder under the study's)."""
+    builds: list[str] | None = None
+    """The reference builds the cells run on (``None``: the model as named)."""
+    threads: int = 1
+    """Torch threads of every run (:mod:`sagerl.determinism`)."""
+
+    def model_of(self, build: str | None) -> str | None:
+        """The study's model on ``build`` (the model itself without builds)."""
+        return self.model if build is None else build_name(self.model, build)
+
+    def run_overrides(self, cell: Cell) -> dict[str, Any]:
+        """The study's ``train.set`` and the cell's ``set``, on the cell's build: a planted ``teacher_model``
+        becomes that build's."""
+        overrides = {**self.common, **cell.overrides}
+        teacher = overrides.get("teacher_model")
+        if cell.build is not None and isinstance(teacher, str) and _has_builds(teacher):
+            overrides["teacher_model"] = build_name(teacher, cell.build)
+        return overrides
 
     @property
     def cell_names(self) -> list[str]:
         """Cell names in file order, each once."""
         return list(dict.fromkeys(c.name for c in self.cells))
+
+
+def build_name(model: str | None, build: str) -> str:
+    """The model name of ``build`` of a planted model (``planted-reference``, ``b2`` -> ``planted-reference-b2``).
+
+    Raises:
+        ConfigError: the model has no builds, or the build is not shipped (the known ones listed).
+    """
+    from sagerl.errors import ModelLoadError
+    from sagerl.tasks.planted_model import with_build
+
+    try:
+        return with_build(str(model), build)
+    except ModelLoadError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _has_builds(model: str) -> bool:
+    from sagerl.tasks.planted_model import MIXES, PREFIX
+
+    return model.startswith(PREFIX) and model[len(PREFIX) :] in MIXES
 
 
 def safe_name(name: str) -> str:
@@ -156,16 +248,23 @@ def _unknown(keys: set, allowed: set, where: str) -> None:
         raise ConfigError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(sorted(allowed))})")
 
 
+def _check_number(where: str, key: str, value: Any) -> None:
+    """One line, ``<where>: key=value must be <range>``, unless ``value`` is in :data:`NUMERIC_RANGES` [key]."""
+    from sagerl.objective import Range, check_number
+
+    try:
+        check_number(key, value, Range(**NUMERIC_RANGES[key]), ConfigError)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _seeds(value: Any, where: str) -> list[int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in value)
-    ):
+    values = value if isinstance(value, list) else [value]
+    if not values:
         raise ConfigError(f"{where}: seeds must be an integer or a non-empty list of integers, got {value!r}")
-    return list(dict.fromkeys(value))
+    for seed in values:
+        _check_number(where, "seeds", seed)
+    return list(dict.fromkeys(values))
 
 
 def _format_value(value: Any) -> str:
@@ -236,8 +335,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     _unknown(set(train), TRAIN_KEYS, f"{source}: train")
     dataset = str(train.get("dataset", "arith_train"))
     steps = train.get("steps", 20)
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ConfigError(f"{source}: train.steps must be a positive integer, got {steps!r}")
+    _check_number(source, "train.steps", steps)
     common = _normalise_overrides(_mapping(train.get("set"), f"{source}: train.set"), f"{source}: train.set")
     _check_dataset(dataset, f"{source}: train.dataset")
 
@@ -256,26 +354,18 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         raise ConfigError(f"{source}: eval: {exc}") from None
     for dataset_name in eval_settings.datasets:
         _check_dataset(dataset_name, f"{source}: eval.datasets")
-    for key, kind in (
-        ("n", int),
-        ("max_new_tokens", int),
-        ("seed", int),
-        ("temperature", float),
-        ("top_p", float),
-    ):
-        value = getattr(eval_settings, key)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or (kind is int and not isinstance(value, int))
-        ):
-            raise ConfigError(
-                f"{source}: eval.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
-            )
-    if eval_settings.n < 1 or eval_settings.max_new_tokens < 1:
-        raise ConfigError(f"{source}: eval.n and eval.max_new_tokens must be >= 1")
+    for key in NUMERIC_RANGES:
+        value = getattr(eval_settings, key.removeprefix("eval."), None) if key.startswith("eval.") else None
+        if value is not None:
+            _check_number(source, key, value)
+    from sagerl.precision import check_dtype
+
+    check_dtype(eval_settings.dtype, f"{source}: eval.dtype")
 
     seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
+    builds = _builds(data.get("builds"), model, f"{source}: builds")
+    threads = data.get("threads", 1)
+    _check_number(source, "threads", threads)
     entries: list[tuple[str, str, str, dict[str, Any], list[int]]] = []  # where, name, preset, set, seeds
     for i, raw in enumerate(data.get("cells") or []):
         where = f"{source}: cells[{i}]"
@@ -319,9 +409,40 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
             raise ConfigError(f"{where}: the name is used twice (set 'name' to tell the cells apart)")
         seen[safe_name(cell_name)] = cell_name
         _check_cell(preset, {**common, **overrides}, where)
-        cells.extend(Cell(cell_name, preset, dict(overrides), s) for s in cell_seeds)
+        teacher = {**common, **overrides}.get("teacher_model")
+        if builds and isinstance(teacher, str) and _has_builds(teacher):
+            for build in builds:
+                build_name(teacher, build)  # every build ships its teacher
+        cells.extend(
+            Cell(cell_name, preset, dict(overrides), s, build)
+            for build in builds or [None]
+            for s in cell_seeds
+        )
     paired = _paired(data.get("paired"), [c.name for c in cells], source)
-    return Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
+    study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
+    study.builds, study.threads = builds, threads
+    return study
+
+
+def _builds(value: Any, model: str | None, where: str) -> list[str] | None:
+    """The study's reference builds (``None`` without ``builds``), each checked against the shipped ones.
+
+    Raises:
+        ConfigError: not a non-empty list of names, a name twice, an unknown build (the shipped ones
+            listed), or a model that has no builds.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(b, str) for b in value):
+        raise ConfigError(f"{where}: expected a non-empty list of build names (b1, b2, ...), got {value!r}")
+    if len(set(value)) < len(value):
+        raise ConfigError(f"{where}: names a build twice: {value}")
+    for build in value:
+        try:
+            build_name(model, build)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return list(value)
 
 
 def _paired(value: Any, cell_names: list[str], source: str) -> dict[str, Any] | None:

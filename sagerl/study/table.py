@@ -16,6 +16,16 @@ Per (cell, seed), from the files the runs wrote (:mod:`sagerl.analysis` reads th
 The CI over seeds is Student's t interval, mean ± t_{0.975, s−1}·sd/√s over the s seeds, cut to the
 metric's range (no interval with one seed). ``study.json`` holds every value of every seed; ``table.md`` a selection; plots:
 ``passk.png`` (mean pass@k curves with CI bands per dataset, the reference dashed) and ``strategies.png``.
+
+**A study on several reference builds** (``builds:``, :mod:`sagerl.study.spec`) has two sources of spread:
+the RL seed, and the reference model the run starts from (another build of the same recipe). Its cells are
+pooled over builds × seeds as a two-level (one-way random-effects) design: each build's mean over its seeds,
+then the cell's mean is the mean of the build means and its CI Student's t interval over the B build means,
+mean ± t_{0.975, B−1}·sd(build means)/√B. A build mean carries its seeds' noise, so the interval covers both
+sources (with the balanced design every study here has, this is the standard interval for clustered
+data; it is wide with 3 builds, t = 4.30, which is what 3 builds can tell). The support metrics of a run are
+taken against its own build's reference. Paired differences pair runs on (build, seed) and pool the same
+way. ``table-by-build.md`` and ``paired-by-build.md`` hold the per-build rows (CIs over seeds).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.study.folders import REFERENCE, read_cell_status
+from sagerl.study.folders import read_cell_status, reference_folder
 from sagerl.study.spec import Study, safe_name
 
 LAST_STEPS = 5
@@ -109,14 +119,79 @@ def eval_metrics(eval_dir: Path, reference: Any | None) -> dict[str, float]:
     return metrics
 
 
-def collect(study: Study, out: Path) -> dict[str, Any]:
-    """Every metric of every finished (cell, seed), the reference's, and the cells' summaries."""
-    from sagerl.analysis import load_eval_run
+def build_of(run_key: str) -> str | None:
+    """The build of a run key (``"b2/3"`` -> ``"b2"``; ``"3"`` -> None)."""
+    return run_key.split("/", 1)[0] if "/" in run_key else None
 
-    ref_dir = out / REFERENCE
-    reference = load_eval_run(ref_dir) if (ref_dir / "results.json").is_file() else None
+
+def _run_order(run_key: str) -> tuple[str, int]:
+    build, _, seed = run_key.rpartition("/")
+    return (build, int(seed))
+
+
+def pooled_interval(
+    values: Mapping[str, float], low: float = -math.inf, high: float = math.inf
+) -> tuple[float, float, float]:
+    """(mean, lower, upper) of per-run values keyed by run key (``"3"``, or ``"b2/3"`` on a build).
+
+    One build (or none): :func:`t_interval` over the runs. Several: each build's mean over its runs, then
+    :func:`t_interval` over the build means (the module docstring says why). NaN values are left out.
+    """
+    groups: dict[str | None, list[float]] = {}
+    for key, value in values.items():
+        if value is not None and not math.isnan(value):
+            groups.setdefault(build_of(key), []).append(value)
+    if len(groups) <= 1:
+        return t_interval([v for vs in groups.values() for v in vs], low, high)
+    return t_interval([float(np.mean(vs)) for vs in groups.values()], low, high)
+
+
+def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per metric key: mean and 95% CI pooled over the runs (:func:`pooled_interval`), and the values."""
+    keys = sorted({k for m in per_run.values() for k in m if not k.startswith("_")})
+    summary = {}
+    for key in keys:
+        missing = 0.0 if key.startswith(("strategy/", "strategy_correct/")) else math.nan  # unseen: share 0
+        values = {run: m.get(key, missing) for run, m in per_run.items()}
+        bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, math.inf)
+        mean, lo, hi = pooled_interval(values, *bounds)
+        summary[key] = {"mean": mean, "ci": [lo, hi], "values": list(values.values())}
+    return summary
+
+
+def _by_build(per_run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The runs of each build, keyed as without builds (by seed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(per_run, key=_run_order):
+        out.setdefault(str(build_of(key)), {})[key.rpartition("/")[2]] = per_run[key]
+    return out
+
+
+def collect(study: Study, out: Path) -> dict[str, Any]:
+    """Every metric of every finished (cell, build, seed), the reference's (per build), and the cells'
+    summaries (pooled over builds × seeds; per build in ``by_build``)."""
+    from sagerl.analysis import load_eval_run
+    from sagerl.determinism import machine_record
+
     data: dict[str, Any] = {"study": study.name, "n": study.eval.n, "datasets": study.eval.datasets}
-    data["reference"] = eval_metrics(ref_dir, reference) if reference is not None else None
+    data.update(builds=study.builds, threads=study.threads, machine=machine_record())
+    references, reference_metrics = {}, {}
+    for build in study.builds or [None]:
+        ref_dir = out / reference_folder(build)
+        references[build] = load_eval_run(ref_dir) if (ref_dir / "results.json").is_file() else None
+        if references[build] is not None:
+            reference_metrics[build] = eval_metrics(ref_dir, references[build])
+    if study.builds is None:
+        data["reference"] = reference_metrics.get(None)
+    elif reference_metrics:
+        data["reference_builds"] = reference_metrics
+        keys = {k for m in reference_metrics.values() for k, v in m.items() if isinstance(v, int | float)}
+        data["reference"] = {
+            k: float(np.mean([m[k] for m in reference_metrics.values() if k in m])) for k in sorted(keys)
+        }
+        data["reference_summary"] = _summary({f"{b}/0": m for b, m in reference_metrics.items()})
+    else:
+        data["reference"] = None
     cells: dict[str, Any] = {}
     for cell in study.cells:
         entry = cells.setdefault(
@@ -126,25 +201,17 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
         if status is None:
             continue
         if status.get("status") != "ok":
-            entry["failed"][str(cell.seed)] = status.get("error", "unknown error")
+            entry["failed"][cell.run_key] = status.get("error", "unknown error")
             continue
         folder = out / cell.folder
-        metrics = eval_metrics(folder / "eval", reference)
+        metrics = eval_metrics(folder / "eval", references[cell.build])
         metrics.update(_training_tail(folder / "train"))
         metrics.update({k: status[k] for k in ("train_s", "eval_s", "total_s") if k in status})
-        entry["per_seed"][str(cell.seed)] = metrics
+        entry["per_seed"][cell.run_key] = metrics
     for entry in cells.values():
-        keys = sorted({k for m in entry["per_seed"].values() for k in m if not k.startswith("_")})
-        summary = {}
-        for key in keys:
-            missing = (
-                0.0 if key.startswith(("strategy/", "strategy_correct/")) else math.nan
-            )  # unseen: share 0
-            values = [m.get(key, missing) for m in entry["per_seed"].values()]
-            bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, math.inf)
-            mean, lo, hi = t_interval(values, *bounds)
-            summary[key] = {"mean": mean, "ci": [lo, hi], "values": values}
-        entry["summary"] = summary
+        entry["summary"] = _summary(entry["per_seed"])
+        if study.builds is not None:
+            entry["by_build"] = {b: _summary(runs) for b, runs in _by_build(entry["per_seed"]).items()}
     data["cells"] = cells
     if study.paired is not None:
         first, *more = study.paired["baselines"]
@@ -161,26 +228,28 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
 
 
 def paired_differences(cells: Mapping[str, Any], paired: Mapping[str, Any]) -> dict[str, Any]:
-    """Per cell and metric, the difference to the baseline cell on the same seed: mean and Student-t 95% CI
-    over the seeds both finished (``{"baseline", "metrics", "cells": {cell: {metric: {"mean", "ci", "values",
-    "seeds"}}}}``). Seed s of every cell starts from the same data order and the same first sampling, so the
-    per-seed difference removes what the seeds share."""
+    """Per cell and metric, the difference to the baseline cell on the same run (seed, or build and seed):
+    mean and 95% CI over the runs both finished, pooled as :func:`pooled_interval` (``{"baseline",
+    "metrics", "cells": {cell: {metric: {"mean", "ci", "values", "seeds"}}}}``; ``seeds`` lists the run keys,
+    as integers without builds). Seed s of every cell starts from the same data order and the same first
+    sampling (on the same build), so the per-run difference removes what the runs share."""
     baseline = cells.get(paired["baseline"], {}).get("per_seed", {})
     out: dict[str, Any] = {"baseline": paired["baseline"], "metrics": list(paired["metrics"]), "cells": {}}
     for name, entry in cells.items():
         rows = {}
         for metric in paired["metrics"]:
-            seeds = sorted(
+            runs = sorted(
                 (
-                    s
-                    for s in entry["per_seed"]
-                    if s in baseline and metric in entry["per_seed"][s] and metric in baseline[s]
+                    r
+                    for r in entry["per_seed"]
+                    if r in baseline and metric in entry["per_seed"][r] and metric in baseline[r]
                 ),
-                key=int,
+                key=_run_order,
             )
-            diffs = [entry["per_seed"][s][metric] - baseline[s][metric] for s in seeds]
-            mean, lo, hi = t_interval(diffs)
-            rows[metric] = {"mean": mean, "ci": [lo, hi], "values": diffs, "seeds": [int(s) for s in seeds]}
+            diffs = {r: entry["per_seed"][r][metric] - baseline[r][metric] for r in runs}
+            mean, lo, hi = pooled_interval(diffs)
+            keys = [int(r) if build_of(r) is None else r for r in runs]
+            rows[metric] = {"mean": mean, "ci": [lo, hi], "values": list(diffs.values()), "seeds": keys}
         out["cells"][name] = rows
     return out
 
@@ -200,16 +269,14 @@ def render_paired(data: Mapping[str, Any], paired: Mapping[str, Any] | None = No
     ``paired``: one of :func:`paired_differences`' results (default ``data["paired"]``, the first baseline)."""
     paired = data["paired"] if paired is None else paired
     metrics, base = paired["metrics"], paired["baseline"]
-    header = ["cell", "seeds"]
+    header = ["cell", "runs" if data.get("builds") else "seeds"]
     for metric in metrics:
         percent, _ = _metric_format(metric)
         unit = " (%)" if percent else ""
         header += [f"{metric}{unit}", f"Δ vs {base}"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     if data.get("reference"):
-        ref = {
-            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
-        }
+        ref = _reference_summary(data)
         row = ["reference (before training)", "—"]
         for metric in metrics:
             row += [_fmt(ref, metric, *_metric_format(metric)), "—"]
@@ -221,13 +288,31 @@ def render_paired(data: Mapping[str, Any], paired: Mapping[str, Any] | None = No
 
     for name in sorted(data["cells"], key=order):
         entry = data["cells"][name]
-        row = [name, str(len(entry["per_seed"]))]
+        row = [name, _runs_label(entry["per_seed"])]
         for metric in metrics:
             percent, digits = _metric_format(metric)
             row.append(_fmt(entry.get("summary"), metric, percent, digits))
             row.append("—" if name == base else _fmt(paired["cells"][name], metric, percent, digits))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _reference_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference row's summary: mean [CI over builds] on several builds, else the values."""
+    if data.get("reference_summary"):
+        return data["reference_summary"]
+    return {k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)}
+
+
+def _runs_label(per_run: Mapping[str, Any]) -> str:
+    """The runs column: ``"10"`` seeds, or ``"3×5"`` builds × seeds (``"3×4-5"`` when uneven)."""
+    builds: dict[str | None, int] = {}
+    for key in per_run:
+        builds[build_of(key)] = builds.get(build_of(key), 0) + 1
+    if len(builds) <= 1 and None in builds or not builds:
+        return str(len(per_run))
+    low, high = min(builds.values()), max(builds.values())
+    return f"{len(builds)}×{low}" if low == high else f"{len(builds)}×{low}-{high}"
 
 
 def _fmt(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int = 1) -> str:
@@ -276,21 +361,20 @@ def _columns(data: Mapping[str, Any]) -> list[tuple[str, str, bool, int]]:
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
-    """``table.md``: one row per cell (mean [95% CI] over seeds), the reference first."""
+    """``table.md``: one row per cell (mean [95% CI] over seeds, or pooled over builds × seeds), the
+    reference first."""
     cols = _columns(data)
-    header = ["cell", "seeds", *[c[0] for c in cols]]
+    header = ["cell", "runs" if data.get("builds") else "seeds", *[c[0] for c in cols]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     if data.get("reference"):
-        ref = {
-            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
-        }
+        ref = _reference_summary(data)
         lines.append(
             "| reference (before training) | — | "
             + " | ".join(_fmt(ref, c[1], c[2], c[3]) for c in cols)
             + " |"
         )
     for name, entry in data["cells"].items():
-        seeds = len(entry["per_seed"])
+        seeds = _runs_label(entry["per_seed"])
         cells = [_fmt(entry.get("summary"), c[1], c[2], c[3]) for c in cols]
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
         for seed, error in entry["failed"].items():
@@ -340,18 +424,19 @@ def render_terminal(data: Mapping[str, Any]):
 
     rows = []
     if data.get("reference"):
-        ref = {
-            k: {"mean": v, "ci": [v, v]} for k, v in data["reference"].items() if isinstance(v, int | float)
-        }
+        ref = _reference_summary(data)
         rows.append(("reference", ["—", *(cell(ref, c[1], c[2], c[3]) for c in cols)]))
     failures = []
     for name, entry in data["cells"].items():
         summary = entry.get("summary")
-        rows.append((name, [str(len(entry["per_seed"])), *(cell(summary, c[1], c[2], c[3]) for c in cols)]))
+        rows.append(
+            (name, [_runs_label(entry["per_seed"]), *(cell(summary, c[1], c[2], c[3]) for c in cols)])
+        )
         failures += [f"failed: {name} seed {seed}: {error}" for seed, error in entry["failed"].items()]
-    headers = ["seeds", *(c[0] for c in cols)]
+    headers = ["runs" if data.get("builds") else "seeds", *(c[0] for c in cols)]
     caption = "\n".join(failures) if failures else None
-    title = f"{data['study']}: mean [95% CI over seeds]"
+    over = "builds × seeds" if data.get("builds") else "seeds"
+    title = f"{data['study']}: mean [95% CI over {over}]"
     return FittedTable(title, "cell", headers, rows, groups=[1, *_column_groups(cols)], caption=caption)
 
 
@@ -465,8 +550,32 @@ def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
         plt.close(fig)
 
 
+def build_view(data: Mapping[str, Any], build: str) -> dict[str, Any]:
+    """The collected data of one build: its reference, and each cell's runs on it (keyed by seed) with their
+    summary over seeds; renders as a study without builds."""
+    cells = {}
+    for name, entry in data["cells"].items():
+        runs = {k.rpartition("/")[2]: m for k, m in entry["per_seed"].items() if build_of(k) == build}
+        failed = {k.rpartition("/")[2]: e for k, e in entry["failed"].items() if build_of(k) == build}
+        cells[name] = {**entry, "per_seed": runs, "failed": failed, "summary": _summary(runs)}
+        cells[name].pop("by_build", None)
+    view = {
+        k: v for k, v in data.items() if k not in ("reference_builds", "reference_summary", "paired_more")
+    }
+    view.update(builds=None, cells=cells, reference=(data.get("reference_builds") or {}).get(build))
+    if "paired" in data:
+        view["paired"] = paired_differences(cells, data["paired"])
+    return view
+
+
+def render_by_build(data: Mapping[str, Any], render) -> str:
+    """One section per build (``## b1``), each ``render`` of :func:`build_view`: the per-build rows."""
+    return "\n".join(f"## {build}\n\n" + render(build_view(data, build)) for build in data["builds"])
+
+
 def write_study_table(study: Study, out: Path) -> dict[str, Any]:
-    """Collect, then write ``study.json``, ``table.md``, ``passk.png`` and ``strategies.png``; returns the data."""
+    """Collect, then write ``study.json``, ``table.md`` (and ``paired.md``, ``paired-vs-NAME.md``, with builds
+    ``table-by-build.md`` and ``paired-by-build.md``), ``passk.png`` and ``strategies.png``; returns the data."""
     from sagerl.analysis.output import jsonable
 
     data = collect(study, out)
@@ -476,6 +585,10 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
         atomic_write_text(out / "paired.md", render_paired(data))
     for paired in data.get("paired_more", []):
         atomic_write_text(out / f"paired-vs-{safe_name(paired['baseline'])}.md", render_paired(data, paired))
+    if data.get("builds"):
+        atomic_write_text(out / "table-by-build.md", render_by_build(data, render_markdown))
+        if "paired" in data:
+            atomic_write_text(out / "paired-by-build.md", render_by_build(data, render_paired))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
         plot_strategies(data, out / "strategies.png")

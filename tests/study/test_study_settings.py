@@ -141,28 +141,3 @@ def test_cli_runs_each_setting_into_its_folder(tmp_path, capsys):
     assert (out / "a" / "table.md").is_file() and (out / "b" / "table.md").is_file()
     assert not (out / "a" / "a").exists()
     assert "sagerl study: 2 settings, 2 runs" in capsys.readouterr().out
-
-
-def test_jobs_run_cells_in_parallel_with_the_same_results(tmp_path):
-    import torch
-    from safetensors.torch import load_file
-
-    from sagerl.study import run_study
-
-    s = study(cells=[{"preset": "grpo"}, {"preset": "pkpo", "set": {"passk_k": 2}}], seeds=[0])
-    logs: list[str] = []
-    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    run_study(s, serial, log=logs.append)
-    run_study(s, parallel, log=logs.append, jobs=2)
-    for cell in s.cells:
-        a = load_file(str(serial / cell.folder / "train" / "model" / "model.safetensors"))
-        b = load_file(str(parallel / cell.folder / "train" / "model" / "model.safetensors"))
-        assert all(torch.equal(a[k], b[k]) for k in a)
-        samples = [
-            (out / cell.folder / "eval" / "samples.jsonl").read_text().splitlines()
-            for out in (serial, parallel)
-        ]
-        assert sorted(samples[0]) == sorted(samples[1]) and samples[0]
-    assert sum(": ok (" in line for line in logs) == 4
-    with pytest.raises(ConfigError, match="jobs=0: give a positive number"):
-        run_study(s, parallel, jobs=0)

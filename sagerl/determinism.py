@@ -1,0 +1,84 @@
+"""Fixed thread counts and deterministic kernels, for results that must reproduce.
+
+A float result on a CPU depends on the order of its reductions, and torch's CPU kernels split a reduction
+over the threads they are given: the same seeded run with 1 and with 2 threads gives other weights (a
+planted model built with 1 and with 2 threads hashes differently). So everything whose numbers sagerl
+publishes runs with a thread count fixed by the job itself, never inherited from the process that starts
+it: the planted models' builds (:mod:`sagerl.tasks.planted_model`, 1 thread) and every run of a study
+(``threads`` of the study file, 1 by default), whether it runs alone or in a worker of ``--jobs N``.
+
+What this guarantees: the same bytes on the same kind of machine (CPU model, torch build) with the same
+thread count. Not across CPUs: another instruction set (AVX2 instead of AVX-512/AMX) selects other kernels,
+which round differently.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def fixed_threads(threads: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(threads)``; the caller's count is restored after.
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer.
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads={threads!r}: expected a positive integer")
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
+def deterministic(threads: int = 1) -> Iterator[None]:
+    """:func:`fixed_threads` plus ``torch.use_deterministic_algorithms(True)`` for the body (an operation
+    without a deterministic implementation raises instead of running); the caller's settings are restored
+    after."""
+    import torch
+
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with fixed_threads(threads):
+        torch.use_deterministic_algorithms(True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def machine_record() -> dict[str, Any]:
+    """What a run's bytes depend on besides its inputs and thread count: the CPU, its vector and matrix
+    extensions (``avx*``, ``amx*``, ``fma``, from ``/proc/cpuinfo`` where there is one), the torch and
+    transformers versions."""
+    import torch
+    import transformers
+
+    cpu, flags = platform.processor() or platform.machine(), []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and cpu in ("", platform.machine(), platform.processor()):
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = sorted(
+                    f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma"))
+                )
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "isa": flags,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
