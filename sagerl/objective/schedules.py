@@ -1,7 +1,9 @@
-"""Schedules for the guides' parameters (γ of the branch guide, α of the token guide, σ of the Gaussian one).
+"""Schedules over the optimizer steps: the guides' strength (γ of the branch guide, α of the token guide, σ of
+the Gaussian one) and the k of the pass@k advantages (``passk_k``).
 
 A schedule maps the optimizer step (``trainer.state.global_step``: it advances once per optimizer step,
-never once per micro-batch) to a value.
+never once per micro-batch) to a value. Four kinds (:data:`SCHEDULES`): constant, cosine (with restarts),
+linear, and a step at a given share of the run. :func:`integer_at` reads an integer setting (k) off one.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "linear", "step")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,56 @@ class CosineRestartSchedule:
         return self.lower + (top - self.lower) * 0.5 * (1.0 + math.cos(math.pi * frac))
 
 
+@dataclass(frozen=True)
+class LinearSchedule:
+    """From ``start`` at step 0 to ``end`` at ``total_steps``, on a straight line; steps past ``total_steps``
+    stay at ``end``.
+
+    Raises:
+        ValueError: ``total_steps < 1``.
+    """
+
+    start: float
+    end: float
+    total_steps: int
+
+    def __post_init__(self) -> None:
+        if self.total_steps < 1:
+            raise ValueError(f"linear schedule needs total_steps >= 1, got {self.total_steps}")
+
+    def __call__(self, step: int) -> float:
+        frac = min(max(step, 0), self.total_steps) / self.total_steps
+        return self.start + (self.end - self.start) * frac
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """``start`` before step ``switch · total_steps``, ``end`` from it on (Pass@k Training's two stages: pass@k
+    training, then pass@1 training).
+
+    Raises:
+        ValueError: ``total_steps < 1`` or ``switch`` outside (0, 1].
+    """
+
+    start: float
+    end: float
+    total_steps: int
+    switch: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.total_steps < 1 or not 0 < self.switch <= 1:
+            raise ValueError(
+                f"step schedule needs total_steps >= 1 and 0 < switch <= 1, got total_steps={self.total_steps}, "
+                f"switch={self.switch}"
+            )
+
+    def __call__(self, step: int) -> float:
+        return self.start if step < self.switch * self.total_steps else self.end
+
+
+Schedule = ConstantSchedule | CosineRestartSchedule | LinearSchedule | StepSchedule
+
+
 def make_schedule(
     kind: str,
     value: float,
@@ -66,14 +118,33 @@ def make_schedule(
     lower: float = 0.0,
     num_restarts: int = 0,
     decay: float = 0.9,
-) -> ConstantSchedule | CosineRestartSchedule:
-    """Build a schedule by name: ``"constant"`` (always ``value``) or ``"cosine"`` (``value`` is the upper bound).
+    switch: float = 0.5,
+) -> Schedule:
+    """Build a schedule by name, from ``value`` (at step 0) to ``lower`` (at the end):
+
+    - ``"constant"``: always ``value``;
+    - ``"cosine"``: :class:`CosineRestartSchedule` (``value`` the upper bound; ``num_restarts``, ``decay``);
+    - ``"linear"``: :class:`LinearSchedule` from ``value`` to ``lower``;
+    - ``"step"``: :class:`StepSchedule`, ``value`` then ``lower`` from ``switch · total_steps`` on.
+
+    ``lower`` may exceed ``value`` (a schedule that rises) for linear, step and cosine without restarts.
 
     Raises:
-        ValueError: unknown kind.
+        ValueError: unknown kind, or a bad setting (see each schedule).
     """
     if kind == "constant":
         return ConstantSchedule(value)
     if kind == "cosine":
         return CosineRestartSchedule(value, lower, total_steps, num_restarts, decay)
+    if kind == "linear":
+        return LinearSchedule(value, lower, total_steps)
+    if kind == "step":
+        return StepSchedule(value, lower, total_steps, switch)
     raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+
+
+def integer_at(schedule: Schedule, step: int) -> int:
+    """The schedule's value at ``step`` rounded to the nearest integer (halves up): an integer setting such as
+    the k of pass@k follows a real-valued schedule. Between two integer end points the result stays between
+    them at every step."""
+    return math.floor(schedule(step) + 0.5)
