@@ -8,6 +8,7 @@ aggregation and DAPO's dynamic sampling and overlong shaping. Defaults follow th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -24,9 +25,10 @@ from sagerl.objective import (
 )
 from sagerl.objective.covariance import CLIP_COV_DEFAULTS, KL_COV_DEFAULTS
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.partition_diversity import PARTITIONS
 from sagerl.objective.passk_advantages import PKPO_BASELINES
 from sagerl.objective.policy_loss import POLICY_LOSSES
-from sagerl.objective.registry import BINARY_ADVANTAGES
+from sagerl.objective.registry import ADVANTAGE_INPUTS, ADVANTAGE_PARAMS, BINARY_ADVANTAGES
 from sagerl.objective.schedules import SCHEDULES
 
 # TRL loss types the adapter reproduces, and the aggregation each one means.
@@ -44,6 +46,15 @@ LOSS_TYPE_TO_AGG_MODE = {
 # clipped surrogate ("clip", or "gspo" with importance_sampling_level="sequence").
 LOSS_TYPE_TO_POLICY_LOSS = {"cispo": "cispo", "sapo": "sapo", "vespo": "vespo"}
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
+PASSK_ESTIMATORS = tuple(name for name, params in ADVANTAGE_PARAMS.items() if "k" in params)
+"""The advantage estimators that read ``passk_k`` (and so follow ``passk_k_schedule``)."""
+TEXT_INPUTS = ("clusters", "answers", "counts")
+"""Estimator inputs the trainer reads off the completions' text (:data:`sagerl.objective.ADVANTAGE_INPUTS`)."""
+
+
+def _finite(value: object) -> bool:
+    """A real number (not a bool), not NaN or ±inf."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -86,12 +97,14 @@ class SAGEConfig(GRPOConfig):
     guide_schedule: str = field(
         default="constant",
         metadata={
-            "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}."
+            "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}, its "
+            "multiplier from 1 to guide_schedule_min (step: at half of max_steps)."
         },
     )
     guide_schedule_restarts: int = field(default=0, metadata={"help": "Cosine schedule: number of restarts."})
     guide_schedule_min: float = field(
-        default=0.0, metadata={"help": "Cosine schedule: lower bound of the strength."}
+        default=0.0,
+        metadata={"help": "The guide strength's multiplier at the end (cosine: the bottom of each cycle)."},
     )
     divergence: str = field(
         default="reverse",
@@ -135,7 +148,38 @@ class SAGEConfig(GRPOConfig):
         },
     )
     passk_k: int = field(
-        default=4, metadata={"help": "k of the passk and pkpo advantages (1 <= k <= num_generations)."}
+        default=4,
+        metadata={
+            "help": "k of the passk, pkpo and passk_mix advantages (1 <= k <= num_generations); with a "
+            "passk_k_schedule, k at the first optimizer step."
+        },
+    )
+    passk_k_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": f"How k moves over the optimizer steps, from passk_k to passk_k_end: one of {SCHEDULES} "
+            "(step: at passk_k_switch of max_steps). k is rounded to an integer at each rollout."
+        },
+    )
+    passk_k_end: int | None = field(
+        default=None,
+        metadata={
+            "help": "k at the last optimizer step of a passk_k_schedule other than constant "
+            "(1 <= k <= num_generations)."
+        },
+    )
+    passk_k_switch: float = field(
+        default=0.5,
+        metadata={
+            "help": "passk_k_schedule='step': the share of max_steps, in (0, 1], from which k is passk_k_end."
+        },
+    )
+    passk_mix_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "passk_mix: the weight w in [0, 1] of Pass@k Training's advantage in (1 - w)·A_GRPO + w·A_pass@k; "
+            "None: per group, w = 1 - the group's success rate."
+        },
     )
     pkpo_baseline: str = field(
         default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
@@ -145,6 +189,43 @@ class SAGEConfig(GRPOConfig):
     )
     unlikeliness_beta: float = field(
         default=0.25, metadata={"help": "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25)."}
+    )
+    risk_beta: float = field(
+        default=2.0,
+        metadata={
+            "help": "RS-GRPO's risk-seeking β_r, a finite number > 0 (the authors' 2): "
+            "A = (exp(β_r(r - b)) - 1)/β_r, b = (1/β_r)·log mean exp(β_r·r)."
+        },
+    )
+    partition: str = field(
+        default="answer",
+        metadata={
+            "help": f"darling: the equivalence that partitions a group, one of {PARTITIONS}: equal final answers, "
+            "token n-gram Jaccard above partition_threshold, or the planted task's strategy label (an oracle)."
+        },
+    )
+    partition_ngram: int = field(
+        default=2, metadata={"help": "darling, partition='lexical': the n of the token n-grams (>= 1)."}
+    )
+    partition_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "darling, partition='lexical': completions whose n-gram Jaccard similarity exceeds this, in "
+            "[0, 1), are equivalent."
+        },
+    )
+    outcome_coef: float = field(
+        default=1.0,
+        metadata={
+            "help": "ucb_mean, ucb_con, outcome_batch: the weight c >= 0 of the exploration term added to GRPO's "
+            "advantage."
+        },
+    )
+    outcome_b0: float = field(
+        default=0.5,
+        metadata={
+            "help": "ucb_con: the constant baseline b0 in [0, 1] subtracted from the bonus min(1, 1/√N)."
+        },
     )
     clip_cov_ratio: float = field(
         default=CLIP_COV_DEFAULTS["clip_cov_ratio"],
@@ -202,6 +283,8 @@ class SAGEConfig(GRPOConfig):
             "kl_estimator": KL_ESTIMATORS,
             "kl_placement": KL_PLACEMENTS,
             "pkpo_baseline": PKPO_BASELINES,
+            "passk_k_schedule": SCHEDULES,
+            "partition": PARTITIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -269,15 +352,41 @@ class SAGEConfig(GRPOConfig):
         """The pass@k-preserving methods' settings (one line each, naming the key and the allowed range)."""
         estimator = self.resolved_advantage_estimator
         group = self.num_generations
-        if estimator in ("passk", "pkpo") and not (
-            isinstance(self.passk_k, int)
-            and not isinstance(self.passk_k, bool)
-            and 1 <= self.passk_k <= group
-        ):
-            raise ConfigError(f"passk_k={self.passk_k!r} must be an integer in 1..num_generations={group}")
-        if estimator == "pkpo" and self.pkpo_baseline == "loo" and self.passk_k > group - 1:
+        if estimator in PASSK_ESTIMATORS:
+            self._check_passk_k_schedule(group)
+        elif self.passk_k_schedule != "constant":
             raise ConfigError(
-                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1} (got {self.passk_k})"
+                f"passk_k_schedule={self.passk_k_schedule!r} schedules the k of {', '.join(PASSK_ESTIMATORS)}; "
+                f"advantage_estimator={estimator!r} reads no k"
+            )
+        if not (_finite(self.risk_beta) and self.risk_beta > 0):
+            raise ConfigError(f"risk_beta={self.risk_beta!r} must be a finite number > 0")
+        if self.passk_mix_weight is not None and not (
+            _finite(self.passk_mix_weight) and 0.0 <= self.passk_mix_weight <= 1.0
+        ):
+            raise ConfigError(
+                f"passk_mix_weight={self.passk_mix_weight!r} must be a number in [0, 1] (or None: per group)"
+            )
+        if (
+            isinstance(self.partition_ngram, bool)
+            or not isinstance(self.partition_ngram, int)
+            or self.partition_ngram < 1
+        ):
+            raise ConfigError(f"partition_ngram={self.partition_ngram!r} must be an integer >= 1")
+        if not (_finite(self.partition_threshold) and 0.0 <= self.partition_threshold < 1.0):
+            raise ConfigError(f"partition_threshold={self.partition_threshold!r} must be in [0, 1)")
+        if not (_finite(self.outcome_coef) and self.outcome_coef >= 0):
+            raise ConfigError(f"outcome_coef={self.outcome_coef!r} must be a finite number >= 0")
+        if not (_finite(self.outcome_b0) and 0.0 <= self.outcome_b0 <= 1.0):
+            raise ConfigError(f"outcome_b0={self.outcome_b0!r} must be in [0, 1]")
+        if (
+            set(ADVANTAGE_INPUTS[estimator]) & set(TEXT_INPUTS)
+            and self.dynamic_sampling
+            and self.max_num_gen_batches != 1
+        ):
+            raise ConfigError(
+                f"advantage_estimator={estimator!r} reads the completions' text, which DAPO's refill does not keep "
+                "across rounds: set max_num_gen_batches=1 (drop equal-reward groups without refill)"
             )
         if not self.w_reinforce_lambda > 0:
             raise ConfigError(f"w_reinforce_lambda={self.w_reinforce_lambda} must be > 0")
@@ -325,14 +434,46 @@ class SAGEConfig(GRPOConfig):
                 "groups without refill)"
             )
 
+    def _check_passk_k_schedule(self, group: int) -> None:
+        """k stays an integer in 1..num_generations (and <= num_generations - 1 for PKPO's loo baseline) at every
+        optimizer step: a schedule moves between its two end points, so both are checked."""
+        ends = [("passk_k", self.passk_k)]
+        if self.passk_k_schedule != "constant":
+            if self.passk_k_end is None:
+                raise ConfigError(
+                    f"passk_k_schedule={self.passk_k_schedule!r} needs passk_k_end (k at the last optimizer step)"
+                )
+            ends.append(("passk_k_end", self.passk_k_end))
+            if not (_finite(self.passk_k_switch) and 0.0 < self.passk_k_switch <= 1.0):
+                raise ConfigError(f"passk_k_switch={self.passk_k_switch!r} must be in (0, 1]")
+        elif self.passk_k_end is not None and self.passk_k_end != self.passk_k:
+            raise ConfigError(
+                f"passk_k_end={self.passk_k_end!r} is read by a passk_k_schedule other than 'constant': set "
+                "passk_k_schedule (linear, cosine or step) or leave passk_k_end unset"
+            )
+        scheduled = " at every step of the schedule" if len(ends) > 1 else ""
+        for name, k in ends:
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= group:
+                raise ConfigError(f"{name}={k!r} must be an integer in 1..num_generations={group}{scheduled}")
+        top = max(k for _, k in ends)
+        if self.resolved_advantage_estimator == "pkpo" and self.pkpo_baseline == "loo" and top > group - 1:
+            raise ConfigError(
+                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (got {top})"
+            )
+
     @property
     def advantage_params(self) -> dict:
-        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set."""
+        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set (``k`` is
+        ``passk_k``, the first step's k of a schedule; the trainer passes the scheduled one)."""
         return {
             "k": self.passk_k,
             "baseline": self.pkpo_baseline,
             "lam": self.w_reinforce_lambda,
             "beta_rank": self.unlikeliness_beta,
+            "risk_beta": self.risk_beta,
+            "mix_weight": self.passk_mix_weight,
+            "coef": self.outcome_coef,
+            "b0": self.outcome_b0,
         }
 
     @property
