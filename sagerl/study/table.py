@@ -566,10 +566,15 @@ def render_by_build(data: Mapping[str, Any], render) -> str:
 
 def write_study_table(study: Study, out: Path) -> dict[str, Any]:
     """Collect, then write ``study.json``, ``table.md`` (and ``paired.md``, ``paired-vs-NAME.md``, with builds
-    ``table-by-build.md`` and ``paired-by-build.md``), ``passk.png`` and ``strategies.png``; returns the data."""
+    ``table-by-build.md`` and ``paired-by-build.md``, with ``pareto`` ``frontier.md`` and ``pareto.png``),
+    ``passk.png`` and ``strategies.png``; returns the data."""
     from sagerl.analysis.output import jsonable
 
     data = collect(study, out)
+    if study.pareto is not None:
+        from sagerl.study.frontier import pareto_frontier
+
+        data["pareto"] = pareto_frontier(data["cells"], study.pareto["x"], study.pareto["y"])
     atomic_write_text(out / "study.json", json.dumps(jsonable(data), indent=2) + "\n")
     atomic_write_text(out / "table.md", render_markdown(data))
     if "paired" in data:
@@ -580,6 +585,12 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
         atomic_write_text(out / "table-by-build.md", render_by_build(data, render_markdown))
         if "paired" in data:
             atomic_write_text(out / "paired-by-build.md", render_by_build(data, render_paired))
+    if study.pareto is not None:
+        from sagerl.study.frontier import plot_pareto, render_frontier
+
+        atomic_write_text(out / "frontier.md", render_frontier(data["pareto"]))
+        if data["pareto"]["cells"]:
+            plot_pareto(data["pareto"], out / "pareto.png", data.get("reference"))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
         plot_strategies(data, out / "strategies.png")
