@@ -26,7 +26,7 @@ import math
 import torch
 
 
-def prompt_weight(name: str, p: float, n: int, **params) -> float:
+def prompt_weight(name: str, p: float, n: int, **params: object) -> float:
     """D(p) of advantage estimator ``name`` (module docstring): E_{c'~Bin(n−1,p)}[A(1, c'+1) − A(0, c')], each
     A read off :func:`sagerl.objective.compute_advantages` on a group of c correct and n − c wrong completions.
 
@@ -35,7 +35,7 @@ def prompt_weight(name: str, p: float, n: int, **params) -> float:
 
     Args:
         name: an estimator of :data:`sagerl.objective.ADVANTAGES`. p: the pass rate, in [0, 1]. n: group size ≥ 2.
-        params: the estimator's keyword parameters (``k``, ``risk_beta``, ...).
+        **params: the estimator's keyword parameters (``k``, ``risk_beta``, ...).
 
     Raises:
         ValueError: p outside [0, 1], n < 2, and whatever the estimator raises.

@@ -2,7 +2,7 @@
 
 A study whose file names two axes (``pareto: {x: solved/planted_rare, y: pass@1/planted_common}``; both are
 maximised) gets ``frontier.md`` and ``pareto.png`` beside its table. Cell A **dominates** cell B when A's paired
-differences to B (A − B on the same run: seed, or build and seed; pooled as :func:`sagerl.study.table.
+differences to B (A − B on the same run: seed, or build and seed; pooled as :func:`sagerl.study.statistics.
 paired_differences` pools them) have a mean ≥ 0 on both axes and a 95% CI entirely above 0 on at least one. The
 frontier is the cells no other cell dominates. A pair of cells that share no run is never compared.
 
@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sagerl.study.table import _fmt, _metric_format, paired_differences
+from sagerl.study.statistics import format_estimate as _fmt
+from sagerl.study.statistics import metric_format as _metric_format
+from sagerl.study.statistics import paired_differences
 
 
 def dominates(diff: Mapping[str, Any], x: str, y: str) -> bool:
