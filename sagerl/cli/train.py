@@ -29,6 +29,12 @@ def train_command(
         None, "--data-dir", help="Folder of the named sets (else $SAGERL_DATA_DIR)."
     ),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps."),
+    dtype: str | None = typer.Option(
+        None,
+        "--dtype",
+        help="auto (default: bfloat16 autocast where the CPU or GPU has bfloat16 matrix units, else float32), "
+        "float32, bfloat16.",
+    ),
     config_files: list[str] = typer.Option(
         [],
         "--config",
@@ -74,6 +80,7 @@ def train_command(
         ("dataset", dataset),
         ("data_dir", data_dir),
         ("max_steps", max_steps),
+        ("dtype", dtype),
     ):
         if value is not None:
             values[key] = value

@@ -6,7 +6,8 @@ its numerically stable product form. For one problem with ``n`` samples of which
     pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)
 
 is the probability that at least one of ``k`` samples drawn *without replacement* from the ``n`` is
-correct. It is unbiased for the true pass@k of the model, unlike "any correct among the first k"
+correct (:func:`pass_at_k`, the one of :mod:`sagerl.objective`, which the pass@k advantages use too). It is
+unbiased for the true pass@k of the model, unlike "any correct among the first k"
 (high variance) or ``1 - (1 - c/n)^k`` (biased). The dataset value is the mean over problems.
 
 Confidence intervals resample *problems* with replacement (percentile bootstrap, fixed seed), so they
@@ -19,47 +20,55 @@ from collections.abc import Sequence
 
 import numpy as np
 
+__all__ = [
+    "bootstrap_average_ci",
+    "bootstrap_ci",
+    "bootstrap_means",
+    "ks_up_to",
+    "pass_at_k",
+    "pass_at_k_matrix",
+    "percentile_ci",
+]
+
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 1234
 CONFIDENCE = 0.95
 
 
-def _check(n: int, c: int, k: int) -> None:
-    if n < 1:
-        raise ValueError(f"pass@k needs n >= 1 samples, got n={n}")
-    if not 0 <= c <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n, got c={c}, n={n}")
-    if k < 1:
-        raise ValueError(f"pass@k needs k >= 1, got k={k}")
-    if k > n:
-        raise ValueError(f"pass@k needs k <= n, got k={k} > n={n} (draw more samples per problem)")
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one problem: ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021).
-
-    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)``, which never forms a binomial coefficient and so
-    stays exact to float precision for any n (C(256, 128) alone is ~1e75).
+    """Unbiased pass@k for one problem, ``1 - C(n-c, k) / C(n, k)``: :func:`sagerl.objective.pass_at_k`, the one
+    estimator of sagerl (with its check), imported on the first call so that ``import sagerl.eval`` needs no
+    torch.
 
     Args:
-        n: samples drawn for the problem (>= 1).
-        c: how many of them are correct (0 <= c <= n).
-        k: the budget (1 <= k <= n).
+        n: samples drawn for the problem (an integer >= 1).
+        c: how many of them are correct (an integer in [0, n]).
+        k: the budget (an integer in [1, n]).
 
     Returns:
-        A probability in [0, 1]: 0 when c = 0, 1 when n - c < k (every k-subset holds a correct sample).
+        A probability in [0, 1]: 0 when c = 0, 1 when n - c < k.
 
     Raises:
-        ValueError: k > n, k < 1, c outside [0, n], or n < 1.
+        ValueError: an argument that is not an integer in its range (one line: the argument, the value, the
+            range).
     """
-    n, c, k = int(n), int(c), int(k)
-    _check(n, c, k)
-    if n - c < k:
-        return 1.0
-    prod = 1.0
-    for i in range(n - c + 1, n + 1):
-        prod *= 1.0 - k / i
-    return 1.0 - prod
+    from sagerl.objective.passk_advantages import pass_at_k as estimate
+
+    return estimate(n, c, k)
+
+
+def _integer(x: object, low: int, high: float = float("inf")) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and low <= x <= high
+
+
+def _check(ok: bool, name: str, value: object, **bounds) -> None:
+    """Unless ``ok``, check ``value`` against ``Range(**bounds)`` with :func:`sagerl.objective.check_number` (the
+    one-line error naming the argument, the value and the range). ``ok`` is a quick test, at least as strict as
+    the range, made here so that a valid call imports no torch (``import sagerl.objective`` does)."""
+    if not ok:
+        from sagerl.objective import Range, check_number
+
+        check_number(name, value, Range(**bounds))
 
 
 def pass_at_k_matrix(n: int, correct: Sequence[int] | np.ndarray, ks: Sequence[int]) -> np.ndarray:
@@ -77,14 +86,17 @@ def pass_at_k_matrix(n: int, correct: Sequence[int] | np.ndarray, ks: Sequence[i
     when n - c >= k. Cost O(n * len(ks) + P * len(ks)).
 
     Raises:
-        ValueError: as :func:`pass_at_k`.
+        ValueError: as :func:`pass_at_k` (its check, on n, every k and the first count out of range).
     """
-    c = np.asarray(correct, dtype=np.int64).reshape(-1)
-    ks = [int(k) for k in ks]
+    c = np.asarray(correct).reshape(-1)
+    _check(_integer(n, 1), "n", n, low=1, integer=True)
     for k in ks:
-        _check(n, 0, k)
-    if c.size and (c.min() < 0 or c.max() > n):
-        raise ValueError(f"pass@k needs 0 <= c <= n={n}, got counts in [{c.min()}, {c.max()}]")
+        _check(_integer(k, 1, n), "k", k, low=1, high=n, integer=True)
+    if c.size and not (np.issubdtype(c.dtype, np.integer) and c.min() >= 0 and c.max() <= n):
+        for count in c.tolist():
+            _check(False, "c", count, low=0, high=n, integer=True)
+    c = c.astype(np.int64)
+    ks = [int(k) for k in ks]
     out = np.empty((c.size, len(ks)), dtype=np.float64)
     i = np.arange(1, n + 1, dtype=np.float64)
     for j, k in enumerate(ks):
@@ -98,9 +110,12 @@ def pass_at_k_matrix(n: int, correct: Sequence[int] | np.ndarray, ks: Sequence[i
 
 
 def ks_up_to(n: int) -> list[int]:
-    """The reported budgets: 1, 2, 4, ... (powers of two up to n), plus n itself when it is not one."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    """The reported budgets: 1, 2, 4, ... (powers of two up to n), plus n itself when it is not one.
+
+    Raises:
+        ValueError: n not an integer >= 1.
+    """
+    _check(_integer(n, 1), "n", n, low=1, integer=True)
     ks, k = [], 1
     while k <= n:
         ks.append(k)
@@ -122,7 +137,11 @@ def bootstrap_means(
 
     Returns:
         array of shape (B, K): the mean over each resampled problem set.
+
+    Raises:
+        ValueError: no problem, or ``resamples`` not an integer >= 1.
     """
+    _check(_integer(resamples, 1), "resamples", resamples, low=1, integer=True)
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 1:
         values = values[:, None]
@@ -135,7 +154,13 @@ def bootstrap_means(
 
 
 def percentile_ci(replicates: np.ndarray, confidence: float = CONFIDENCE) -> np.ndarray:
-    """Percentile interval of bootstrap replicates, shape (B, K) -> (K, 2) with [low, high] rows."""
+    """Percentile interval of bootstrap replicates, shape (B, K) -> (K, 2) with [low, high] rows.
+
+    Raises:
+        ValueError: ``confidence`` not in (0, 1).
+    """
+    ok = isinstance(confidence, float | int) and not isinstance(confidence, bool) and 0 < confidence < 1
+    _check(ok, "confidence", confidence, low=0, high=1, low_open=True, high_open=True)
     alpha = (1.0 - confidence) / 2.0
     lo = np.quantile(replicates, alpha, axis=0)
     hi = np.quantile(replicates, 1.0 - alpha, axis=0)
@@ -149,7 +174,12 @@ def bootstrap_ci(
     confidence: float = CONFIDENCE,
     seed: int = BOOTSTRAP_SEED,
 ) -> np.ndarray:
-    """Percentile bootstrap CI of the mean over problems of ``values`` (P, K) -> (K, 2) [low, high]."""
+    """Percentile bootstrap CI of the mean over problems of ``values`` (P, K) -> (K, 2) [low, high].
+
+    Raises:
+        ValueError: as :func:`bootstrap_means` and :func:`percentile_ci`, or ``seed`` not an integer >= 0.
+    """
+    _check(_integer(seed, 0), "seed", seed, low=0, integer=True)
     rng = np.random.default_rng(seed)
     return percentile_ci(bootstrap_means(values, resamples=resamples, rng=rng), confidence)
 
@@ -171,7 +201,11 @@ def bootstrap_average_ci(
 
     Returns:
         (K, 2) array of [low, high].
+
+    Raises:
+        ValueError: as :func:`bootstrap_ci`.
     """
+    _check(_integer(seed, 0), "seed", seed, low=0, integer=True)
     rng = np.random.default_rng(seed)
     reps = [bootstrap_means(v, resamples=resamples, rng=rng) for v in per_dataset]
     return percentile_ci(np.mean(np.stack(reps, axis=0), axis=0), confidence)

@@ -117,7 +117,8 @@ def evaluate(
         batch_size: sequences per generation batch (default: 64 on CPU, 256 on GPU).
         few_shot: few-shot examples in each prompt; None = the dataset's default.
         progress: show a progress bar (stderr).
-        dtype: model dtype for the HF backend (``"auto"``: bfloat16 on CUDA, float32 on CPU).
+        dtype: the sampler's weights (``"auto"``: bfloat16 where the device has bfloat16 matrix units,
+            :mod:`sagerl.precision`, else float32).
         sampler: an already built :class:`Sampler` (tests, custom backends); ``model`` still names the run.
         on_start: called with ``out`` once the arguments are checked and the folder is locked, before
             anything is written (the CLI prints the run folder).

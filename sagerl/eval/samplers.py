@@ -181,7 +181,9 @@ class HFSampler(Sampler):
     Args:
         model: a path or hub id, or None / ``"smollm2-135m-instruct"`` for the embedded model.
         device: ``"cpu"``, ``"cuda"``...; default CUDA when available.
-        dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        dtype: ``"auto"`` (bfloat16 where the device has bfloat16 matrix units, :mod:`sagerl.precision`,
+            else float32), ``"float32"``, ``"bfloat16"``, ``"float16"``: the weights' dtype (the sampling
+            probabilities are computed in float32 from the logits).
         batch_size: sequences per decoding batch (default :func:`default_batch_size`).
         model_obj, tokenizer: already loaded objects (skip loading; for tests and benchmarks).
 
@@ -204,13 +206,14 @@ class HFSampler(Sampler):
         import torch
 
         from sagerl.models import load_model, load_tokenizer
+        from sagerl.precision import resolve_dtype
 
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if dtype == "auto":
-            dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
-        if dtype not in ("float32", "bfloat16", "float16"):
+        if dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"unknown dtype {dtype!r} (choose auto, float32, bfloat16 or float16)")
+        if dtype != "float16":
+            dtype = resolve_dtype(dtype, str(device))
         self.device = str(device)
         self.dtype = dtype
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)

@@ -218,8 +218,9 @@ class VLLMSampler(Sampler):
 
     Args:
         model: a path or hub id, or None for the embedded model (its converted HF folder).
-        dtype: vLLM dtype: ``"auto"`` (the checkpoint's; float32 for the embedded model), ``"float32"``,
-            ``"bfloat16"``, ``"float16"`` (GPU).
+        dtype: ``"auto"`` (on a CPU: bfloat16 where it has bfloat16 matrix units, :mod:`sagerl.precision`,
+            else float32; on a GPU vLLM's own choice from the checkpoint), ``"float32"``, ``"bfloat16"``,
+            ``"float16"`` (GPU).
         seed: engine seed (unused by seeded requests; kept for vLLM's own draws).
         chunk_size: requests per :meth:`generate` call from the eval runner (default :data:`DEFAULT_CHUNK`).
         **llm_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``,
@@ -250,8 +251,12 @@ class VLLMSampler(Sampler):
         path = resolve_model(model)
         config = load_config(model)
         self.tokenizer = load_tokenizer(model)
-        self.dtype = dtype
         self.on_cpu = engine_on_cpu()
+        if self.on_cpu and dtype in ("auto", "bfloat16"):
+            from sagerl.precision import resolve_dtype
+
+            dtype = resolve_dtype(dtype, "cpu")
+        self.dtype = dtype
         self.chunk_size = int(chunk_size or DEFAULT_CHUNK["cpu" if self.on_cpu else "gpu"])
         if self.chunk_size < 1:
             raise ConfigError(f"batch size must be >= 1, got {self.chunk_size}")

@@ -5,6 +5,7 @@ in nats. Source: SAGE, "Shaping Anchors for Guided Exploration in RLVR of LLMs" 
 arXiv 2605.18864), and the papers cited in each module.
 """
 
+from sagerl.objective._checks import Range, check_number
 from sagerl.objective.advantages import beta_parameters, bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate, token_covariance
@@ -91,6 +92,7 @@ __all__ = [
     "LinearSchedule",
     "LossOutput",
     "OutcomeCounts",
+    "Range",
     "StepSchedule",
     "SurrogateOutput",
     "aggregate_loss",
@@ -99,6 +101,7 @@ __all__ = [
     "bnpo_advantages",
     "branch_guide",
     "branch_token_guide",
+    "check_number",
     "clip_cov_surrogate",
     "clipped_surrogate",
     "compute_advantages",

@@ -1,8 +1,88 @@
-"""Shared argument checks and masked reductions for the objective (private)."""
+"""Shared argument checks and masked reductions for the objective.
+
+Every numeric argument of :mod:`sagerl.objective`'s public functions is checked here, by :func:`check_number`
+against a :class:`Range`: a finite number (NaN and ±inf are refused), an integer where the argument counts
+something, inside its interval; the error is one line naming the argument, the value and the range. The
+engines' configs (``sagerl.train.SAGEConfig``, the study file) check their fields with the same two names.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
+from dataclasses import dataclass
+
 import torch
+
+
+def _bound(value: float) -> str:
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting accepts: finite numbers (integers when ``integer``) from ``low`` to
+    ``high``, each bound included unless its ``*_open`` flag is set. An infinite bound is no bound (the value
+    must still be finite). ``str(Range(0, 1, low_open=True))`` is ``"a number in (0, 1]"``."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.integer and not isinstance(value, numbers.Integral):
+            return False
+        if not isinstance(value, numbers.Integral) and not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return bool(above and below)
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if math.isinf(self.low) and math.isinf(self.high):
+            return f"a finite {kind.split()[-1]}"
+        left = "(" if self.low_open or math.isinf(self.low) else "["
+        right = ")" if self.high_open or math.isinf(self.high) else "]"
+        return f"{kind} in {left}{_bound(self.low)}, {_bound(self.high)}{right}"
+
+    def just_outside(self) -> list[float]:
+        """Values next to each finite bound but outside the range (the open bound itself; else the next float,
+        or the next integer), for tests."""
+        out = []
+        for bound, is_open, away in (
+            (self.low, self.low_open, -math.inf),
+            (self.high, self.high_open, math.inf),
+        ):
+            if math.isinf(bound):
+                continue
+            if is_open:
+                out.append(bound)
+            elif self.integer:
+                out.append(int(bound) + (1 if away > 0 else -1))
+            else:
+                out.append(math.nextafter(float(bound), away))
+        return out
+
+
+def check_number(name: str, value: object, allowed: Range, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` (one line: ``name=value must be <allowed>``) unless ``value`` is in ``allowed``."""
+    if value not in allowed:
+        raise error(f"{name}={value!r} must be {allowed}")
+
+
+NONNEGATIVE = Range(0.0)
+POSITIVE = Range(0.0, low_open=True)
+UNIT = Range(0.0, 1.0)
+SHARE = Range(0.0, 1.0, low_open=True, high_open=True)
+FINITE = Range()
+COUNT = Range(1, integer=True)
 
 
 def as_bool_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -46,12 +126,14 @@ def grouped(values: torch.Tensor, group_size: int, name: str = "rewards") -> tor
     """Reshape a flat (N,) tensor to (N / G, G).
 
     Raises:
-        ValueError: not 1-D, ``group_size`` < 1, or N not a multiple of ``group_size``.
+        ValueError: not 1-D, ``group_size`` not an integer >= 1, ±inf in ``values``, or N not a multiple of
+            ``group_size``.
     """
     if values.dim() != 1:
         raise ValueError(f"{name} must be a flat (N,) tensor, got shape {tuple(values.shape)}")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    check_number("group_size", group_size, COUNT)
+    if torch.isinf(values).any():
+        raise ValueError(f"{name} holds ±inf (NaN marks an unscorable completion; inf has no meaning here)")
     if values.numel() % group_size != 0:
         raise ValueError(f"{name} has {values.numel()} entries, not a multiple of group_size={group_size}")
     return values.view(-1, group_size)

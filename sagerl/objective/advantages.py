@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import NONNEGATIVE, POSITIVE, check_number, grouped
 
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
@@ -45,11 +45,12 @@ def grpo_advantages(
         (N,) advantages, 0 for NaN rewards and for groups of one.
 
     Raises:
-        ValueError: bad shapes or an unknown scale.
+        ValueError: bad shapes, an unknown scale, or ``eps`` not a finite number >= 0.
 
     Source: Shao et al. 2024 (DeepSeekMath, GRPO); Liu et al. 2025 (Dr.GRPO, no std division).
     """
     g = grouped(rewards, group_size)
+    check_number("eps", eps, NONNEGATIVE)
     mean = torch.nanmean(g, dim=1, keepdim=True)
     centred = g - mean
     if scale == "group":
@@ -108,11 +109,13 @@ def bnpo_advantages(rewards: torch.Tensor, group_size: int, max_inverse_pdf: flo
         (N,) advantages.
 
     Raises:
-        ValueError: bad shapes, or rewards outside [0, 1] (BNPO models a Bernoulli success rate).
+        ValueError: bad shapes, rewards outside [0, 1] (BNPO models a Bernoulli success rate), or
+            ``max_inverse_pdf`` not a finite number > 0.
 
     Source: Xiao et al. 2025, "BNPO: Beta Normalization Policy Optimization", arXiv 2506.02864.
     """
     g = grouped(rewards, group_size)
+    check_number("max_inverse_pdf", max_inverse_pdf, POSITIVE)
     finite = rewards[~torch.isnan(rewards)]
     if finite.numel() and (finite.min() < 0 or finite.max() > 1):
         raise ValueError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_2d, masked_zero
+from sagerl.objective._checks import COUNT, POSITIVE, as_bool_mask, check_2d, check_number, masked_zero
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -43,9 +43,14 @@ def aggregate_loss(
         0-dim tensor.
 
     Raises:
-        ValueError: unknown mode, shape mismatch or a non-positive ``max_len``.
+        ValueError: unknown mode, shape mismatch, ``max_len`` not an integer >= 1, or a ``num_tokens`` number
+            that is not finite and > 0 (a tensor is the trainer's count and is clamped at 1).
     """
     check_2d(per_token, "per_token")
+    if max_len is not None:
+        check_number("max_len", max_len, COUNT)
+    if num_tokens is not None and not torch.is_tensor(num_tokens):
+        check_number("num_tokens", num_tokens, POSITIVE)
     mask = as_bool_mask(mask, per_token)
     x = masked_zero(per_token, mask)
     n_i = mask.sum(dim=1)

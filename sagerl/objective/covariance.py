@@ -31,8 +31,17 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_same_shape, masked_zero, per_token
-from sagerl.objective.surrogate import SurrogateOutput, clipped_surrogate
+from sagerl.objective._checks import (
+    FINITE,
+    NONNEGATIVE,
+    SHARE,
+    as_bool_mask,
+    check_number,
+    check_same_shape,
+    masked_zero,
+    per_token,
+)
+from sagerl.objective.surrogate import SurrogateOutput, _check_epsilons, clipped_surrogate
 
 CLIP_COV_DEFAULTS = {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
 KL_COV_DEFAULTS = {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0}
@@ -40,8 +49,7 @@ KL_COV_DEFAULTS = {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0}
 
 def check_ratio(name: str, value: float) -> None:
     """Raise ValueError unless 0 < ``value`` < 1 (a share of the batch's tokens)."""
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must be in (0, 1) (a share of the tokens), got {value}")
+    check_number(name, value, SHARE)
 
 
 def token_covariance(advantages: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -90,10 +98,12 @@ def clip_cov_surrogate(
         ValueError: a ratio outside (0, 1), lb ≥ ub, delta given, or shape mismatches.
     """
     check_ratio("clip_cov_ratio", clip_cov_ratio)
+    check_number("clip_cov_lb", clip_cov_lb, FINITE)
+    check_number("clip_cov_ub", clip_cov_ub, FINITE)
     if not clip_cov_lb < clip_cov_ub:
         raise ValueError(f"need clip_cov_lb < clip_cov_ub, got {clip_cov_lb} and {clip_cov_ub}")
     if delta is not None:
-        raise ValueError("clip_cov has no dual clip: delta must be None")
+        raise ValueError(f"delta={delta!r} must be None (clip_cov has no dual clip)")
     mask = as_bool_mask(mask, logp)
     base = clipped_surrogate(logp, old_logp, advantages, epsilon_low, epsilon_high)
     adv = per_token(advantages, logp)
@@ -148,10 +158,10 @@ def kl_cov_surrogate(
         ValueError: a ratio outside (0, 1), a negative coefficient, delta given, or shape mismatches.
     """
     check_ratio("kl_cov_ratio", kl_cov_ratio)
-    if kl_cov_coef < 0:
-        raise ValueError(f"kl_cov_coef must be >= 0, got {kl_cov_coef}")
+    check_number("kl_cov_coef", kl_cov_coef, NONNEGATIVE)
     if delta is not None:
-        raise ValueError("kl_cov has no clip: delta must be None")
+        raise ValueError(f"delta={delta!r} must be None (kl_cov has no clip)")
+    _check_epsilons(epsilon_low, epsilon_high, None, log_ratio_clip)
     check_same_shape(logp=logp, old_logp=old_logp)
     mask = as_bool_mask(mask, logp)
     adv = per_token(advantages, logp)

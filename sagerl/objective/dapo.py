@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import COUNT, NONNEGATIVE, Range, check_number, grouped
 
 
 def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -49,10 +49,12 @@ def overlong_penalty(
         (N,) float penalties ≤ 0.
 
     Raises:
-        ValueError: ``buffer_length`` not in (0, max_length].
+        ValueError: ``max_length`` not an integer >= 1, ``buffer_length`` not an integer in [1, max_length], or
+            ``penalty_factor`` not a finite number >= 0.
     """
-    if not 0 < buffer_length <= max_length:
-        raise ValueError(f"need 0 < buffer_length <= max_length, got {buffer_length} and {max_length}")
+    check_number("max_length", max_length, COUNT)
+    check_number("buffer_length", buffer_length, Range(1, max_length, integer=True))
+    check_number("penalty_factor", penalty_factor, NONNEGATIVE)
     excess = lengths.to(torch.float32) - (max_length - buffer_length)
     penalty = -excess / buffer_length * penalty_factor
     return penalty.clamp(min=-penalty_factor, max=0.0)

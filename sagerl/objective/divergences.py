@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import check_same_shape
+from sagerl.objective._checks import POSITIVE, check_number, check_same_shape
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -40,8 +40,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 def _log_ratio(logp: torch.Tensor, target_logp: torch.Tensor, log_ratio_clip: float | None) -> torch.Tensor:
     d = target_logp - logp
     if log_ratio_clip is not None:
-        if log_ratio_clip <= 0:
-            raise ValueError(f"log_ratio_clip must be > 0 or None, got {log_ratio_clip}")
+        check_number("log_ratio_clip", log_ratio_clip, POSITIVE)
         d = d.clamp(-log_ratio_clip, log_ratio_clip)
     return d
 

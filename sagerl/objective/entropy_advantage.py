@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, masked_zero, per_token
+from sagerl.objective._checks import POSITIVE, Range, as_bool_mask, check_number, masked_zero, per_token
+
+KAPPA = Range(1.0, low_open=True)
+"""κ > 1, so that the bonus |A|/κ never flips the sign of A."""
 
 
 def check_entropy_advantage(alpha: float, kappa: float) -> None:
-    """Raise ValueError unless α > 0 and κ > 1."""
-    if not alpha > 0:
-        raise ValueError(f"entropy advantage α must be > 0, got {alpha}")
-    if not kappa > 1:
-        raise ValueError(f"entropy advantage κ must be > 1 (so the bonus never flips A's sign), got {kappa}")
+    """Raise ValueError unless α > 0 and κ > 1 (finite)."""
+    check_number("alpha", alpha, POSITIVE)
+    check_number("kappa", kappa, KAPPA)
 
 
 def entropy_advantage(

@@ -25,15 +25,29 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
+from sagerl.objective._checks import (
+    NONNEGATIVE,
+    UNIT,
+    Range,
+    as_bool_mask,
+    check_2d,
+    check_number,
+    check_same_shape,
+    masked_zero,
+)
 
 TOKEN_NORMALIZATIONS = ("minmax", "rank", "zscore", "prob")
 RANDOM_KINDS = ("permutation", "gaussian")
 
 
+Q_MIN = Range(0.0, 1.0, low_open=True)
+Q_MAX = Range(1.0)
+"""The clamp bounds of every guide bracket 1: 0 < q_min <= 1 <= q_max."""
+
+
 def _check_bounds(q_min: float, q_max: float) -> None:
-    if not 0.0 < q_min <= 1.0 <= q_max:
-        raise ValueError(f"the guide bounds need 0 < q_min <= 1 <= q_max, got q_min={q_min}, q_max={q_max}")
+    check_number("q_min", q_min, Q_MIN)
+    check_number("q_max", q_max, Q_MAX)
 
 
 def _finish(q: torch.Tensor, mask: torch.Tensor, q_min: float, q_max: float) -> torch.Tensor:
@@ -57,22 +71,22 @@ def branch_guide(
             from the reference policy; values at padding are ignored (may be NaN).
         mask: (B, T) completion mask, 1/True at valid tokens.
         gamma: γ ≥ 0, strength (per nat above the threshold).
-        tau: τ, entropy threshold in nats.
+        tau: τ ≥ 0, entropy threshold in nats.
         q_min, q_max: clamp bounds, with 0 < q_min ≤ 1 ≤ q_max.
 
     Returns:
         (B, T) detached q; 1 at padding.
 
     Raises:
-        ValueError: shape mismatch, ``gamma < 0`` or bounds that do not bracket 1.
+        ValueError: shape mismatch, γ or τ not a finite number >= 0, or bounds that do not bracket 1.
 
     Source: SAGE (arXiv 2605.18864), branch guide.
     """
     check_2d(entropy, "entropy")
     mask = as_bool_mask(mask, entropy)
     _check_bounds(q_min, q_max)
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    check_number("gamma", gamma, NONNEGATIVE)
+    check_number("tau", tau, NONNEGATIVE)
     h = masked_zero(entropy.detach(), mask)
     return _finish(1.0 + gamma * torch.relu(h - tau), mask, q_min, q_max)
 
@@ -164,7 +178,7 @@ def token_guide(
     Args:
         logp: (B, T) log-probability in nats of each sampled token (policy or reference).
         mask: (B, T) completion mask.
-        alpha: α, deterministic strength. sigma: σ ≥ 0, noise scale (0: deterministic).
+        alpha: α ≥ 0, deterministic strength. sigma: σ ≥ 0, noise scale (0: deterministic).
         normalization: ``"minmax"`` (5–95% quantile clip), ``"rank"``, ``"zscore"`` (sigmoid) or
             ``"prob"`` (1 − p, per state); see :func:`normalize_per_sequence`.
         q_min, q_max: clamp bounds. generator: torch RNG for ε.
@@ -173,15 +187,15 @@ def token_guide(
         (B, T) detached q; 1 at padding.
 
     Raises:
-        ValueError: shape mismatch, unknown normalization, σ < 0 or bad bounds.
+        ValueError: shape mismatch, unknown normalization, α or σ not a finite number >= 0, or bad bounds.
 
     Source: SAGE (arXiv 2605.18864), token guide.
     """
     check_2d(logp, "logp")
     mask = as_bool_mask(mask, logp)
     _check_bounds(q_min, q_max)
-    if sigma < 0:
-        raise ValueError(f"sigma must be >= 0, got {sigma}")
+    check_number("alpha", alpha, NONNEGATIVE)
+    check_number("sigma", sigma, NONNEGATIVE)
     w = normalize_per_sequence(-logp.detach(), mask, normalization)
     q = 1.0 + alpha * w
     if sigma > 0:
@@ -218,14 +232,14 @@ def branch_token_guide(
         (B, T) detached q; 1 at padding.
 
     Raises:
-        ValueError: shape mismatch, γ < 0, unknown normalization or bad bounds.
+        ValueError: shape mismatch, γ or τ not a finite number >= 0, unknown normalization or bad bounds.
     """
     check_2d(entropy, "entropy")
     check_same_shape(entropy=entropy, logp=logp)
     mask = as_bool_mask(mask, entropy)
     _check_bounds(q_min, q_max)
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    check_number("gamma", gamma, NONNEGATIVE)
+    check_number("tau", tau, NONNEGATIVE)
     excess = torch.relu(masked_zero(entropy.detach(), mask) - tau)
     w = normalize_per_sequence(-logp.detach(), mask, normalization)
     return _finish(1.0 + gamma * excess * w, mask, q_min, q_max)
@@ -256,14 +270,13 @@ def teacher_guide(
         (B, T) detached q; 1 at padding.
 
     Raises:
-        ValueError: shape mismatch, λ < 0 or bad bounds.
+        ValueError: shape mismatch, λ not a finite number >= 0, or bad bounds.
     """
     check_2d(teacher_logp, "teacher_logp")
     check_same_shape(teacher_logp=teacher_logp, ref_logp=ref_logp)
     mask = as_bool_mask(mask, teacher_logp)
     _check_bounds(q_min, q_max)
-    if lam < 0:
-        raise ValueError(f"lam must be >= 0, got {lam}")
+    check_number("lam", lam, NONNEGATIVE)
     log_ratio = masked_zero(teacher_logp.detach() - ref_logp.detach(), mask)
     return _finish(torch.exp((lam * log_ratio).clamp(-30.0, 30.0)), mask, q_min, q_max)
 
@@ -316,13 +329,13 @@ def gaussian_guide(
         (B, T) detached q; 1 at padding.
 
     Raises:
-        ValueError: eps outside [0, 1], σ < 0, or bad bounds.
+        ValueError: eps outside [0, 1], σ not a finite number >= 0, or bad bounds.
     """
     check_2d(mask, "mask")
     mask = as_bool_mask(mask, mask)
     _check_bounds(q_min, q_max)
-    if not 0.0 <= eps <= 1.0 or sigma < 0:
-        raise ValueError(f"need 0 <= eps <= 1 and sigma >= 0, got eps={eps}, sigma={sigma}")
+    check_number("eps", eps, UNIT)
+    check_number("sigma", sigma, NONNEGATIVE)
     hit = torch.rand(mask.shape, generator=generator, device=mask.device) < eps
     noise = torch.randn(mask.shape, generator=generator, device=mask.device)
     q = torch.where(hit, 1.0 + sigma * noise, torch.ones_like(noise))
@@ -346,8 +359,16 @@ def random_guide(
     ``entropy``) or ``kind="gaussian"`` (the authors' code). Returns a (B, T) detached q.
 
     Raises:
-        ValueError: unknown kind, or ``entropy`` missing for the permutation kind.
+        ValueError: unknown kind, ``entropy`` missing for the permutation kind, or a numeric argument out of
+            its range (γ, τ, σ >= 0; eps in [0, 1]; 0 < q_min <= 1 <= q_max), whichever kind reads it.
     """
+    for name, value, allowed in (
+        ("gamma", gamma, NONNEGATIVE),
+        ("tau", tau, NONNEGATIVE),
+        ("eps", eps, UNIT),
+        ("sigma", sigma, NONNEGATIVE),
+    ):
+        check_number(name, value, allowed)
     if kind == "permutation":
         if entropy is None:
             raise ValueError(

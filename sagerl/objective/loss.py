@@ -22,10 +22,18 @@ from typing import Any
 
 import torch
 
-from sagerl.objective._checks import as_bool_mask, check_2d, check_same_shape, masked_zero
+from sagerl.objective._checks import (
+    NONNEGATIVE,
+    POSITIVE,
+    as_bool_mask,
+    check_2d,
+    check_number,
+    check_same_shape,
+    masked_zero,
+)
 from sagerl.objective.aggregation import aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
-from sagerl.objective.entropy_advantage import entropy_advantage
+from sagerl.objective.entropy_advantage import KAPPA, entropy_advantage
 from sagerl.objective.policy_loss import IMPORTANCE_SAMPLING_LEVELS, SurrogateOutput, sequence_log_ratio
 from sagerl.objective.policy_loss import policy_loss as compute_policy_loss
 
@@ -124,10 +132,17 @@ def sage_loss(
 
     Raises:
         ValueError: unknown option names, missing ``ref_logp`` with β ≠ 0, a guide with the forward
-            divergence, or shape mismatches.
+            divergence, shape mismatches, or a numeric argument that is not a finite number in its range
+            (β >= 0, ``kl_log_ratio_clip`` > 0, ``entropy_adv_alpha`` >= 0, ``entropy_adv_kappa`` > 1, and the
+            surrogate's and the aggregation's own).
     """
     check_2d(logp, "logp")
     mask = as_bool_mask(mask, logp)
+    check_number("beta", beta, NONNEGATIVE)
+    if kl_log_ratio_clip is not None:
+        check_number("kl_log_ratio_clip", kl_log_ratio_clip, POSITIVE)
+    check_number("entropy_adv_alpha", entropy_adv_alpha, NONNEGATIVE)
+    check_number("entropy_adv_kappa", entropy_adv_kappa, KAPPA)
     old_logp = logp.detach() if old_logp is None else old_logp
     check_same_shape(logp=logp, old_logp=old_logp, ref_logp=ref_logp, log_q=log_q)
     if divergence not in DIVERGENCES:

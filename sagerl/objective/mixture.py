@@ -33,24 +33,17 @@ which follows Pass@k Training's weight at small p and GRPO's at large p, and is 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import UNIT, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 from sagerl.objective.passk_advantages import passk_advantages
 
 
 def check_mix_weight(mix_weight: float | None) -> None:
     """Raise ValueError unless ``mix_weight`` is None (per group) or a number in [0, 1]."""
-    if mix_weight is None:
-        return
-    ok = (
-        isinstance(mix_weight, int | float) and not isinstance(mix_weight, bool) and math.isfinite(mix_weight)
-    )
-    if not ok or not 0.0 <= mix_weight <= 1.0:
-        raise ValueError(f"mix_weight={mix_weight!r} must be a number in [0, 1] (or None: per group)")
+    if mix_weight is not None:
+        check_number("mix_weight", mix_weight, UNIT)
 
 
 def passk_mix_advantages(

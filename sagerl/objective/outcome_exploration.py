@@ -20,12 +20,11 @@ counted, its bonus is 0 (it still pays ``ucb_con``'s baseline) and it repeats no
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 from sagerl.objective.passk_advantages import check_binary
 
@@ -114,10 +113,8 @@ def outcome_advantages(
     """
     if kind not in OUTCOME_KINDS:
         raise ValueError(f"unknown outcome exploration {kind!r}; expected one of {OUTCOME_KINDS}")
-    if not (math.isfinite(coef) and coef >= 0):
-        raise ValueError(f"coef={coef!r} must be a finite number >= 0")
-    if not 0.0 <= b0 <= 1.0:
-        raise ValueError(f"b0={b0!r} must be in [0, 1]")
+    check_number("coef", coef, NONNEGATIVE)
+    check_number("b0", b0, UNIT)
     check_binary(rewards, f"the {kind} advantage")
     g = grouped(rewards, group_size)
     if answers.shape != rewards.shape:

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import COUNT, UNIT, Range, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 
 PARTITIONS = ("answer", "lexical", "strategy")
@@ -38,8 +38,13 @@ DIVERSITY_FLOOR = 0.1
 """The authors' floor of the diversity factor (``max(r, 0.1)``)."""
 
 
+JACCARD_THRESHOLD = Range(0.0, 1.0, high_open=True)
+"""The lexical partition's threshold: a similarity that can be exceeded."""
+
+
 def _check_rows(count: int, group_size: int, name: str) -> None:
-    if group_size < 1 or count % group_size:
+    check_number("group_size", group_size, COUNT)
+    if count % group_size:
         raise ValueError(f"{name} has {count} entries, not a multiple of group_size={group_size}")
 
 
@@ -88,10 +93,8 @@ def lexical_partition(
         ValueError: N not a multiple of ``group_size``, n < 1, or threshold outside [0, 1).
     """
     _check_rows(len(sequences), group_size, "sequences")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} must be an integer >= 1")
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"threshold={threshold!r} must be in [0, 1)")
+    check_number("n", n, COUNT)
+    check_number("threshold", threshold, JACCARD_THRESHOLD)
     out: list[int] = []
     for start in range(0, len(sequences), group_size):
         grams = [ngrams(list(seq), n) for seq in sequences[start : start + group_size]]
@@ -133,8 +136,7 @@ def partition_diversity(
     Raises:
         ValueError: bad shapes or ``floor`` outside [0, 1].
     """
-    if not 0.0 <= floor <= 1.0:
-        raise ValueError(f"floor={floor!r} must be in [0, 1]")
+    check_number("floor", floor, UNIT)
     ids = grouped(clusters.long(), group_size, name="clusters")
     same = (ids.unsqueeze(2) == ids.unsqueeze(1)) & (ids.unsqueeze(2) >= 0)
     size = same.sum(dim=2).clamp(min=1)  # -1 rows: themselves only

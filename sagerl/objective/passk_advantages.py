@@ -23,14 +23,13 @@ import math
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import COUNT, Range, check_number, grouped
 
 PKPO_BASELINES = ("loo_minus_one", "loo", "none")
 
 
 def _check_k(k: int, group_size: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= group_size:
-        raise ValueError(f"k must be an integer in 1..group_size={group_size}, got {k!r}")
+    check_number("k", k, Range(1, group_size, integer=True))
 
 
 def check_binary(rewards: torch.Tensor, method: str) -> None:
@@ -44,13 +43,36 @@ def check_binary(rewards: torch.Tensor, method: str) -> None:
         )
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased pass@k estimate 1 − C(n−c, k)/C(n, k) from n samples with c correct (Chen et al. 2021).
+def check_pass_at_k(n: int, c: int, k: int) -> None:
+    """Raise ValueError (one line: the argument, its value, its range) unless n is an integer >= 1, c an
+    integer in [0, n] and k an integer in [1, n]."""
+    check_number("n", n, COUNT)
+    check_number("c", c, Range(0, n, integer=True))
+    check_number("k", k, Range(1, n, integer=True))
 
-    Exact for any n (Python integers); 0 ≤ k ≤ n. k = 0 gives 0 (no sample, no success).
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate 1 − C(n−c, k)/C(n, k) from n samples with c correct (Chen et al. 2021,
+    "Evaluating Large Language Models Trained on Code", Eq. 1): the probability that at least one of k samples
+    drawn without replacement from the n is correct.
+
+    Exact for any n: the binomial coefficients are Python integers and their ratio is rounded once (C(256, 128)
+    alone is ~1e75). The one pass@k of sagerl: :mod:`sagerl.eval` (the harness) and the pass@k advantages use it.
+
+    Args:
+        n: samples drawn (an integer >= 1). c: how many are correct (an integer in [0, n]).
+        k: the budget (an integer in [1, n]).
+
+    Returns:
+        A probability in [0, 1]: 0 when c = 0, 1 when n − c < k (every k-subset holds a correct sample).
+
+    Raises:
+        ValueError: an argument that is not an integer in its range (the message names it, its value and
+            the range).
     """
-    if k == 0:
-        return 0.0
+    check_pass_at_k(n, c, k)
+    if n - c < k:
+        return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 

@@ -25,6 +25,8 @@ import math
 
 import torch
 
+from sagerl.objective._checks import UNIT, Range, check_number
+
 
 def prompt_weight(name: str, p: float, n: int, **params: object) -> float:
     """D(p) of advantage estimator ``name`` (module docstring): E_{c'~Bin(n−1,p)}[A(1, c'+1) − A(0, c')], each
@@ -42,10 +44,8 @@ def prompt_weight(name: str, p: float, n: int, **params: object) -> float:
     """
     from sagerl.objective.registry import compute_advantages
 
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p={p!r} must be a pass rate in [0, 1]")
-    if n < 2:
-        raise ValueError(f"n={n!r} must be a group size >= 2")
+    check_number("p", p, UNIT)
+    check_number("n", n, Range(2, integer=True))
     groups = torch.tensor([[1.0] * c + [0.0] * (n - c) for c in range(n + 1)], dtype=torch.float64)
     adv = compute_advantages(name, groups.reshape(-1), n, **params).view(n + 1, n)
     total = 0.0

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sagerl.objective import guides as _guides
+from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number
 from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
@@ -158,6 +159,11 @@ class GuideParams:
     teacher_lambda: float = 1.0
     """teacher guide exponent λ."""
 
+    def __post_init__(self) -> None:
+        """Raise ValueError (one line: the field, the value, the range) for a field out of its range."""
+        for name, allowed in GUIDE_PARAM_RANGES.items():
+            check_number(name, getattr(self, name), allowed)
+
     @classmethod
     def from_config(cls, config: object) -> GuideParams:
         """The guide parameters of an engine's config, whose fields carry the names the TRL adapter and the
@@ -169,6 +175,19 @@ class GuideParams:
         }
         return cls(**values)
 
+
+GUIDE_PARAM_RANGES = {
+    "gamma": NONNEGATIVE,
+    "tau": NONNEGATIVE,
+    "q_min": _guides.Q_MIN,
+    "q_max": _guides.Q_MAX,
+    "alpha": NONNEGATIVE,
+    "sigma": NONNEGATIVE,
+    "random_eps": UNIT,
+    "random_sigma": NONNEGATIVE,
+    "teacher_lambda": NONNEGATIVE,
+}
+"""The range of each numeric field of :class:`GuideParams` (those of the guide functions' arguments)."""
 
 CONFIG_FIELDS = {
     "gamma": "gamma",

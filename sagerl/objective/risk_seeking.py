@@ -31,15 +31,12 @@ import math
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import POSITIVE, UNIT, check_number, grouped
 
 
 def check_risk_beta(risk_beta: float) -> None:
     """Raise ValueError unless β_r is a finite number > 0 (one line: the name, the value, the range)."""
-    if isinstance(risk_beta, bool) or not isinstance(risk_beta, int | float) or not math.isfinite(risk_beta):
-        raise ValueError(f"risk_beta={risk_beta!r} must be a finite number > 0")
-    if not risk_beta > 0:
-        raise ValueError(f"risk_beta={risk_beta!r} must be a finite number > 0")
+    check_number("risk_beta", risk_beta, POSITIVE)
 
 
 def rs_grpo_advantages(rewards: torch.Tensor, group_size: int, risk_beta: float = 2.0) -> torch.Tensor:
@@ -74,5 +71,6 @@ def rs_grpo_advantages(rewards: torch.Tensor, group_size: int, risk_beta: float 
 def entropic_risk_weight(p: float, risk_beta: float) -> float:
     """J_RS'(p) for 0/1 rewards: d/dp of (1/β_r)·log(1 − p + p·e^{β_r}), the limit as n → ∞ of RS-GRPO's
     per-prompt weight D_n(p) (:func:`sagerl.objective.prompt_weight` of ``"rs_grpo"``)."""
+    check_number("p", p, UNIT)
     check_risk_beta(risk_beta)
     return math.expm1(risk_beta) / (risk_beta * (1 + p * math.expm1(risk_beta)))

@@ -11,7 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sagerl.objective._checks import COUNT, FINITE, Range, check_number
+
 SCHEDULES = ("constant", "cosine", "linear", "step")
+SWITCH = Range(0.0, 1.0, low_open=True)
+"""The share of the run at which a step schedule switches."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,9 @@ class ConstantSchedule:
     """The same value at every step."""
 
     value: float
+
+    def __post_init__(self) -> None:
+        check_number("value", self.value, FINITE)
 
     def __call__(self, step: int) -> float:
         return self.value
@@ -34,7 +41,8 @@ class CosineRestartSchedule:
     Steps past ``total_steps`` stay at the end of the last cycle.
 
     Raises:
-        ValueError: ``total_steps < 1``, ``num_restarts < 0`` or ``decay`` outside (0, 1].
+        ValueError: ``upper`` or ``lower`` not finite, ``total_steps`` not an integer >= 1, ``num_restarts``
+            not an integer >= 0, or ``decay`` outside (0, 1].
     """
 
     upper: float
@@ -44,11 +52,11 @@ class CosineRestartSchedule:
     decay: float = 0.9
 
     def __post_init__(self) -> None:
-        if self.total_steps < 1 or self.num_restarts < 0 or not 0 < self.decay <= 1:
-            raise ValueError(
-                f"cosine schedule needs total_steps >= 1, num_restarts >= 0 and 0 < decay <= 1, got "
-                f"total_steps={self.total_steps}, num_restarts={self.num_restarts}, decay={self.decay}"
-            )
+        check_number("upper", self.upper, FINITE)
+        check_number("lower", self.lower, FINITE)
+        check_number("total_steps", self.total_steps, COUNT)
+        check_number("num_restarts", self.num_restarts, Range(0, integer=True))
+        check_number("decay", self.decay, Range(0.0, 1.0, low_open=True))
 
     def __call__(self, step: int) -> float:
         cycles = self.num_restarts + 1
@@ -66,7 +74,7 @@ class LinearSchedule:
     stay at ``end``.
 
     Raises:
-        ValueError: ``total_steps < 1``.
+        ValueError: ``start`` or ``end`` not finite, or ``total_steps`` not an integer >= 1.
     """
 
     start: float
@@ -74,8 +82,9 @@ class LinearSchedule:
     total_steps: int
 
     def __post_init__(self) -> None:
-        if self.total_steps < 1:
-            raise ValueError(f"linear schedule needs total_steps >= 1, got {self.total_steps}")
+        check_number("start", self.start, FINITE)
+        check_number("end", self.end, FINITE)
+        check_number("total_steps", self.total_steps, COUNT)
 
     def __call__(self, step: int) -> float:
         frac = min(max(step, 0), self.total_steps) / self.total_steps
@@ -88,7 +97,8 @@ class StepSchedule:
     training, then pass@1 training).
 
     Raises:
-        ValueError: ``total_steps < 1`` or ``switch`` outside (0, 1].
+        ValueError: ``start`` or ``end`` not finite, ``total_steps`` not an integer >= 1, or ``switch`` outside
+            (0, 1].
     """
 
     start: float
@@ -97,11 +107,10 @@ class StepSchedule:
     switch: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.total_steps < 1 or not 0 < self.switch <= 1:
-            raise ValueError(
-                f"step schedule needs total_steps >= 1 and 0 < switch <= 1, got total_steps={self.total_steps}, "
-                f"switch={self.switch}"
-            )
+        check_number("start", self.start, FINITE)
+        check_number("end", self.end, FINITE)
+        check_number("total_steps", self.total_steps, COUNT)
+        check_number("switch", self.switch, SWITCH)
 
     def __call__(self, step: int) -> float:
         return self.start if step < self.switch * self.total_steps else self.end
@@ -130,21 +139,27 @@ def make_schedule(
     ``lower`` may exceed ``value`` (a schedule that rises) for linear, step and cosine without restarts.
 
     Raises:
-        ValueError: unknown kind, or a bad setting (see each schedule).
+        ValueError: unknown kind, or a setting out of its range (see each schedule).
     """
-    if kind == "constant":
-        return ConstantSchedule(value)
-    if kind == "cosine":
-        return CosineRestartSchedule(value, lower, total_steps, num_restarts, decay)
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+    check_number("value", value, FINITE)
+    check_number("switch", switch, SWITCH)
     if kind == "linear":
         return LinearSchedule(value, lower, total_steps)
     if kind == "step":
         return StepSchedule(value, lower, total_steps, switch)
-    raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+    cosine = CosineRestartSchedule(value, lower, total_steps, num_restarts, decay)  # checks every setting
+    return ConstantSchedule(value) if kind == "constant" else cosine
 
 
 def integer_at(schedule: Schedule, step: int) -> int:
     """The schedule's value at ``step`` rounded to the nearest integer (halves up): an integer setting such as
     the k of pass@k follows a real-valued schedule. Between two integer end points the result stays between
-    them at every step."""
+    them at every step.
+
+    Raises:
+        ValueError: ``step`` not an integer.
+    """
+    check_number("step", step, Range(integer=True))
     return math.floor(schedule(step) + 0.5)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import POSITIVE, check_number, grouped
 from sagerl.objective.passk_advantages import check_binary
 
 SIGNED_ESTIMATORS = ("w_reinforce", "psr", "nsr")
@@ -39,13 +39,12 @@ def w_reinforce_advantages(
         kind: one of :data:`SIGNED_ESTIMATORS`.
 
     Raises:
-        ValueError: bad shapes, λ ≤ 0, an unknown kind, or rewards other than 0/1.
+        ValueError: bad shapes, λ not a finite number > 0, an unknown kind, or rewards other than 0/1.
     """
     grouped(rewards, group_size)
     if kind not in SIGNED_ESTIMATORS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {SIGNED_ESTIMATORS}")
-    if not lam > 0:
-        raise ValueError(f"lam (λ) must be > 0, got {lam}")
+    check_number("lam", lam, POSITIVE)
     check_binary(rewards, kind)
     positive = {"w_reinforce": lam, "psr": 1.0, "nsr": 0.0}[kind]
     negative = {"w_reinforce": -1.0, "psr": 0.0, "nsr": -1.0}[kind]

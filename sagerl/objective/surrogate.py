@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sagerl.objective._checks import check_same_shape
+from sagerl.objective._checks import NONNEGATIVE, POSITIVE, UNIT, Range, check_number, check_same_shape
 
 
 @dataclass
@@ -57,22 +57,35 @@ def clipped_surrogate(
         :class:`SurrogateOutput`.
 
     Raises:
-        ValueError: shape mismatch or negative ε.
+        ValueError: shape mismatch, ε_low outside [0, 1], ε_high < 0, delta <= 1, a log-ratio clamp <= 0, or
+            one of them not a finite number.
 
     Source: Schulman et al. 2017 (PPO); Shao et al. 2024 (GRPO); Yu et al. 2025 (DAPO, clip-higher).
     """
     check_same_shape(logp=logp, old_logp=old_logp)
-    _check_epsilons(epsilon_low, epsilon_high)
+    _check_epsilons(epsilon_low, epsilon_high, delta, log_ratio_clip)
     adv = _advantages_2d(advantages, logp)
     log_ratio = (logp - old_logp.detach()).clamp(-log_ratio_clip, log_ratio_clip)
     return _clip_ratio(torch.exp(log_ratio), adv, epsilon_low, epsilon_high, delta)
 
 
-def _check_epsilons(epsilon_low: float, epsilon_high: float | None) -> None:
-    """Raise ValueError unless ε_low ≥ 0 and ε_high ≥ 0 (None: ε_low)."""
-    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
-    if epsilon_low < 0 or epsilon_high < 0:
-        raise ValueError(f"epsilon_low and epsilon_high must be >= 0, got {epsilon_low}, {epsilon_high}")
+EPSILON_LOW = UNIT
+"""ε_low: 1 − ε_low is the lower clip of ρ, so ε_low = 1 already leaves every ρ > 0 unclipped below."""
+DELTA = Range(1.0, low_open=True)
+"""The two-sided clip's bound on the unclipped ρ (INTELLECT-2; TRL's ``delta``)."""
+
+
+def _check_epsilons(
+    epsilon_low: float, epsilon_high: float | None, delta: float | None = None, log_ratio_clip: float = 20.0
+) -> None:
+    """Raise ValueError unless ε_low ∈ [0, 1], ε_high ≥ 0 (None: ε_low), delta > 1 (or None) and the
+    log-ratio clamp > 0."""
+    check_number("epsilon_low", epsilon_low, EPSILON_LOW)
+    if epsilon_high is not None:
+        check_number("epsilon_high", epsilon_high, NONNEGATIVE)
+    if delta is not None:
+        check_number("delta", delta, DELTA)
+    check_number("log_ratio_clip", log_ratio_clip, POSITIVE)
 
 
 def _clip_ratio(
@@ -196,7 +209,7 @@ def gspo_surrogate(
 
     Source: Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2507.18071), eqs. (5)-(7).
     """
-    _check_epsilons(epsilon_low, epsilon_high)
+    _check_epsilons(epsilon_low, epsilon_high, delta, log_ratio_clip)
     adv = _advantages_2d(advantages, logp)
     ratio = torch.exp(sequence_log_ratio(logp, old_logp, mask, log_ratio_clip)).expand_as(logp)
     return _clip_ratio(ratio, adv, epsilon_low, epsilon_high, delta)
@@ -237,6 +250,9 @@ def cispo_surrogate(
     Source: MiniMax 2025, "MiniMax-M1" (arXiv 2506.13585), eqs. (4)-(5); Khatri et al. 2025, "The Art of
     Scaling RL Compute" (ScaleRL, arXiv 2510.13786) for the one-sided form.
     """
+    _check_epsilons(epsilon_low, epsilon_high, None, log_ratio_clip)
+    if ratio_max is not None:
+        check_number("ratio_max", ratio_max, POSITIVE)
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     adv = _advantages_2d(advantages, logp)
@@ -287,8 +303,9 @@ def sapo_surrogate(
 
     Source: Gao et al. 2025, "Soft Adaptive Policy Optimization" (arXiv 2511.20347), eqs. (6)-(8).
     """
-    if temperature_pos <= 0 or temperature_neg <= 0:
-        raise ValueError(f"SAPO temperatures must be > 0, got {temperature_pos}, {temperature_neg}")
+    check_number("temperature_pos", temperature_pos, POSITIVE)
+    check_number("temperature_neg", temperature_neg, POSITIVE)
+    check_number("log_ratio_clip", log_ratio_clip, POSITIVE)
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     adv = _advantages_2d(advantages, logp)
     ratio = torch.exp(_log_ratio(logp, old_logp, mask, importance_sampling_level, log_ratio_clip))
@@ -323,9 +340,19 @@ def vespo_weights(
     Returns:
         (B, 1) φ(w); non-finite values become 0.
 
+    Raises:
+        ValueError: k < 0 or λ <= 0.
+
     Source: "VESPO: Variational Sequence-Level Soft Policy Optimization" (arXiv 2602.10693); defaults are
     TRL's (k_pos 2, λ_pos 3, k_neg 3, λ_neg 2).
     """
+    for name, value, allowed in (
+        ("k_pos", k_pos, NONNEGATIVE),
+        ("lambda_pos", lambda_pos, POSITIVE),
+        ("k_neg", k_neg, NONNEGATIVE),
+        ("lambda_neg", lambda_neg, POSITIVE),
+    ):
+        check_number(name, value, allowed)
     lower = math.log(1e-8)
     m = mask.to(log_ratio.dtype)
     log_w = (log_ratio.clamp(-20.0, 20.0) * m).sum(dim=1, keepdim=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import grouped
+from sagerl.objective._checks import UNIT, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 from sagerl.objective.dapo import dynamic_sampling_mask
 
@@ -45,8 +45,7 @@ def unlikeliness_rewards(
     Raises:
         ValueError: bad shapes or β_rank outside [0, 1].
     """
-    if not 0.0 <= beta_rank <= 1.0:
-        raise ValueError(f"beta_rank must be in [0, 1], got {beta_rank}")
+    check_number("beta_rank", beta_rank, UNIT)
     grouped(rewards, group_size)
     if sequence_logp.shape != rewards.shape:
         raise ValueError(

@@ -100,6 +100,22 @@ EVAL_KEYS = {
     "seed",
     "dtype",
 }
+NUMERIC_RANGES: dict[str, dict] = {
+    "train.steps": dict(low=1, integer=True),
+    "seeds": dict(low=0, high=2**32 - 1, integer=True),  # SAGEConfig's seed range (numpy's)
+    "eval.n": dict(low=1, integer=True),
+    "eval.max_new_tokens": dict(low=1, integer=True),
+    "eval.temperature": dict(low=0.0),  # 0: greedy
+    "eval.top_p": dict(low=0.0, high=1.0, low_open=True),
+    "eval.limit": dict(low=1, integer=True),
+    "eval.few_shot": dict(low=0, integer=True),
+    "eval.batch_size": dict(low=1, integer=True),
+    "eval.seed": dict(low=0, high=2**32 - 1, integer=True),
+    "threads": dict(low=1, integer=True),  # torch threads of every run
+}
+"""The allowed range of every numeric setting of a study file, as the bounds of a :class:`sagerl.objective.Range`
+(built when checked, so that ``import sagerl.study`` needs no torch); a cell's ``set`` values are the
+``SAGEConfig``'s own (its ``NUMERIC_RANGES``)."""
 CELL_KEYS = {"preset", "name", "set", "seeds"}
 SWEEP_KEYS = {"preset", "grid", "set", "seeds", "name"}
 RESERVED = {"seed", "max_steps", "model", "dataset", "output_dir"}
@@ -229,16 +245,23 @@ def _unknown(keys: set, allowed: set, where: str) -> None:
         raise ConfigError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(sorted(allowed))})")
 
 
+def _check_number(where: str, key: str, value: Any) -> None:
+    """One line, ``<where>: key=value must be <range>``, unless ``value`` is in :data:`NUMERIC_RANGES` [key]."""
+    from sagerl.objective import Range, check_number
+
+    try:
+        check_number(key, value, Range(**NUMERIC_RANGES[key]), ConfigError)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _seeds(value: Any, where: str) -> list[int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in value)
-    ):
+    values = value if isinstance(value, list) else [value]
+    if not values:
         raise ConfigError(f"{where}: seeds must be an integer or a non-empty list of integers, got {value!r}")
-    return list(dict.fromkeys(value))
+    for seed in values:
+        _check_number(where, "seeds", seed)
+    return list(dict.fromkeys(values))
 
 
 def _format_value(value: Any) -> str:
@@ -309,8 +332,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     _unknown(set(train), TRAIN_KEYS, f"{source}: train")
     dataset = str(train.get("dataset", "arith_train"))
     steps = train.get("steps", 20)
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ConfigError(f"{source}: train.steps must be a positive integer, got {steps!r}")
+    _check_number(source, "train.steps", steps)
     common = _normalise_overrides(_mapping(train.get("set"), f"{source}: train.set"), f"{source}: train.set")
     _check_dataset(dataset, f"{source}: train.dataset")
 
@@ -329,24 +351,10 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         raise ConfigError(f"{source}: eval: {exc}") from None
     for dataset_name in eval_settings.datasets:
         _check_dataset(dataset_name, f"{source}: eval.datasets")
-    for key, kind in (
-        ("n", int),
-        ("max_new_tokens", int),
-        ("seed", int),
-        ("temperature", float),
-        ("top_p", float),
-    ):
-        value = getattr(eval_settings, key)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or (kind is int and not isinstance(value, int))
-        ):
-            raise ConfigError(
-                f"{source}: eval.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
-            )
-    if eval_settings.n < 1 or eval_settings.max_new_tokens < 1:
-        raise ConfigError(f"{source}: eval.n and eval.max_new_tokens must be >= 1")
+    for key in NUMERIC_RANGES:
+        value = getattr(eval_settings, key.removeprefix("eval."), None) if key.startswith("eval.") else None
+        if value is not None:
+            _check_number(source, key, value)
     from sagerl.precision import check_dtype
 
     check_dtype(eval_settings.dtype, f"{source}: eval.dtype")
@@ -354,10 +362,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
     builds = _builds(data.get("builds"), model, f"{source}: builds")
     threads = data.get("threads", 1)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(
-            f"{source}: threads must be a positive integer (torch threads per run), got {threads!r}"
-        )
+    _check_number(source, "threads", threads)
     entries: list[tuple[str, str, str, dict[str, Any], list[int]]] = []  # where, name, preset, set, seeds
     for i, raw in enumerate(data.get("cells") or []):
         where = f"{source}: cells[{i}]"

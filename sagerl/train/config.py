@@ -8,8 +8,10 @@ aggregation and DAPO's dynamic sampling and overlong shaping. Defaults follow th
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import functools
+import types
+import typing
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -22,13 +24,21 @@ from sagerl.objective import (
     KL_PLACEMENTS,
     LOSS_AGG_MODES,
     GuideParams,
+    Range,
+    check_number,
 )
 from sagerl.objective.covariance import CLIP_COV_DEFAULTS, KL_COV_DEFAULTS
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
 from sagerl.objective.partition_diversity import PARTITIONS
 from sagerl.objective.passk_advantages import PKPO_BASELINES
 from sagerl.objective.policy_loss import POLICY_LOSSES
-from sagerl.objective.registry import ADVANTAGE_INPUTS, ADVANTAGE_PARAMS, BINARY_ADVANTAGES
+from sagerl.objective.registry import (
+    ADVANTAGE_INPUTS,
+    ADVANTAGE_PARAMS,
+    BINARY_ADVANTAGES,
+    CONFIG_FIELDS,
+    GUIDE_PARAM_RANGES,
+)
 from sagerl.objective.schedules import SCHEDULES
 
 # TRL loss types the adapter reproduces, and the aggregation each one means.
@@ -52,9 +62,141 @@ TEXT_INPUTS = ("clusters", "answers", "counts")
 """Estimator inputs the trainer reads off the completions' text (:data:`sagerl.objective.ADVANTAGE_INPUTS`)."""
 
 
-def _finite(value: object) -> bool:
-    """A real number (not a bool), not NaN or ±inf."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+_COUNT = Range(1, integer=True)
+_COUNT0 = Range(0, integer=True)
+_NONNEG = Range(0.0)
+_POS = Range(0.0, low_open=True)
+_UNIT = Range(0.0, 1.0)
+_SHARE = Range(0.0, 1.0, low_open=True, high_open=True)
+_STEPS = Range(0.0, low_open=True)  # TrainingArguments' *_steps: a count, or a share of the run when < 1
+_SEED = Range(0, 2**32 - 1, integer=True)  # numpy's seed range (transformers' set_seed seeds numpy)
+_PORT = Range(1, 65535, integer=True)
+
+NUMERIC_RANGES: dict[str, Range] = {
+    # --- transformers.TrainingArguments ------------------------------------------------------------------
+    "per_device_train_batch_size": _COUNT,
+    "per_device_eval_batch_size": _COUNT,
+    "num_train_epochs": _NONNEG,
+    "max_steps": Range(-1, integer=True),  # -1: num_train_epochs; 0 is refused below
+    "learning_rate": _NONNEG,
+    "warmup_steps": _NONNEG,
+    "weight_decay": _NONNEG,
+    "adam_beta1": Range(0.0, 1.0, high_open=True),
+    "adam_beta2": Range(0.0, 1.0, high_open=True),
+    "adam_epsilon": _POS,
+    "gradient_accumulation_steps": _COUNT,
+    "max_grad_norm": _NONNEG,  # 0: no clipping
+    "label_smoothing_factor": _UNIT,
+    "neftune_noise_alpha": _NONNEG,
+    "torch_empty_cache_steps": _COUNT,
+    "logging_steps": _STEPS,
+    "eval_steps": _STEPS,
+    "eval_delay": _NONNEG,
+    "eval_accumulation_steps": _COUNT,
+    "save_steps": _STEPS,
+    "save_total_limit": _COUNT0,
+    "seed": _SEED,
+    "data_seed": _SEED,
+    "dataloader_num_workers": _COUNT0,
+    "dataloader_prefetch_factor": _COUNT,
+    "ddp_bucket_cap_mb": _COUNT,
+    "ddp_timeout": _COUNT,
+    "local_rank": Range(-1, integer=True),
+    # --- trl.GRPOConfig ----------------------------------------------------------------------------------
+    "router_aux_loss_coef": _NONNEG,
+    "num_generations": Range(2, integer=True),  # a group needs two completions to have a spread
+    "num_generations_eval": _COUNT,  # evaluation may sample one completion per prompt
+    "max_completion_length": _COUNT,
+    "pad_to_multiple_of": _COUNT,
+    "generation_batch_size": _COUNT,
+    "steps_per_generation": _COUNT,
+    "temperature": _POS,
+    "top_p": Range(0.0, 1.0, low_open=True),
+    "top_k": Range(-1, integer=True),  # 0 or -1: off
+    "min_p": _UNIT,
+    "repetition_penalty": _POS,
+    "vllm_server_port": _PORT,
+    "vllm_server_timeout": _POS,
+    "vllm_group_port": _PORT,
+    "vllm_gpu_memory_utilization": Range(0.0, 1.0, low_open=True),
+    "vllm_max_model_length": _COUNT,
+    "vllm_tensor_parallel_size": _COUNT,
+    "beta": _NONNEG,
+    "num_iterations": _COUNT,
+    "epsilon": _UNIT,  # ε_low: the lower clip 1 − ε_low; 1 leaves every ratio unclipped below
+    "delta": Range(1.0, low_open=True),
+    "epsilon_high": _NONNEG,  # CISPO reads it as its ratio bound
+    "sapo_temperature_neg": _POS,
+    "sapo_temperature_pos": _POS,
+    "vespo_k_pos": _NONNEG,
+    "vespo_lambda_pos": _POS,
+    "vespo_k_neg": _NONNEG,
+    "vespo_lambda_neg": _POS,
+    "ref_model_mixup_alpha": _UNIT,
+    "ref_model_sync_steps": _COUNT,
+    "top_entropy_quantile": _UNIT,
+    "entropy_coef": Range(),
+    "entropy_coef_min": Range(),
+    "entropy_coef_max": Range(),
+    "entropy_coef_delta": _NONNEG,
+    "entropy_target": _NONNEG,  # nats
+    "max_tool_calling_iterations": _COUNT0,
+    "vllm_importance_sampling_clip_max": _POS,
+    "vllm_importance_sampling_clip_min": _NONNEG,
+    "off_policy_mask_threshold": _NONNEG,
+    "num_completions_to_print": _COUNT0,
+    "vllm_importance_sampling_cap": _POS,
+    # --- SAGEConfig ----------------------------------------------------------------------------------------
+    **{
+        field: GUIDE_PARAM_RANGES[name] for name, field in CONFIG_FIELDS.items() if name in GUIDE_PARAM_RANGES
+    },
+    "guide_schedule_restarts": _COUNT0,
+    "guide_schedule_min": _UNIT,  # the strength's multiplier at the bottom of a cosine cycle (1 at the top)
+    "kl_log_ratio_clip": _POS,
+    "max_num_gen_batches": _COUNT0,  # 0: no limit
+    "passk_k": _COUNT,  # and <= num_generations, for passk and pkpo
+    "w_reinforce_lambda": _POS,
+    "unlikeliness_beta": _UNIT,
+    "clip_cov_ratio": _SHARE,
+    "clip_cov_lb": Range(),  # and < clip_cov_ub
+    "clip_cov_ub": Range(),
+    "kl_cov_ratio": _SHARE,
+    "kl_cov_coef": _NONNEG,
+    "entropy_adv_alpha": _NONNEG,  # 0: off
+    "entropy_adv_kappa": Range(1.0, low_open=True),
+    "risk_beta": _POS,  # RS-GRPO's β_r
+    "passk_k_end": _COUNT,  # and <= num_generations, with passk_k, at every step of a schedule
+    "passk_k_switch": Range(0.0, 1.0, low_open=True),  # a share of max_steps
+    "passk_mix_weight": _UNIT,  # None: per group
+    "partition_ngram": _COUNT,
+    "partition_threshold": Range(0.0, 1.0, high_open=True),  # a Jaccard similarity that can be exceeded
+    "outcome_coef": _NONNEG,
+    "outcome_b0": _UNIT,
+    "overlong_buffer_len": _NONNEG,  # tokens if >= 1, a share of max_completion_length if < 1; 0: off
+    "overlong_penalty_factor": _NONNEG,
+}
+"""The allowed range of every numeric field of :class:`SAGEConfig` (TRL's and transformers' included), checked
+by ``SAGEConfig.__post_init__`` before anything else: a value outside it (NaN and ±inf included) fails in one
+line naming the field, the value and the range. A numeric field missing here (a new TRL field) is checked for
+finiteness only; tests/train/test_config.py fails until it has its range."""
+
+
+@functools.cache
+def numeric_fields(config_class: type) -> dict[str, bool]:
+    """The init fields of a config dataclass annotated int or float (alone or in a union), each with whether
+    its annotation also allows a string (TRL's ``pad_to_multiple_of: int | str``)."""
+    hints = typing.get_type_hints(config_class)
+    out = {}
+    for f in fields(config_class):
+        hint = hints.get(f.name)
+        args = (
+            typing.get_args(hint)
+            if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+            else (hint,)
+        )
+        if f.init and any(a in (int, float) for a in args):
+            out[f.name] = str in args
+    return out
 
 
 @dataclass
@@ -184,6 +326,15 @@ class SAGEConfig(GRPOConfig):
     pkpo_baseline: str = field(
         default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
     )
+    signed_samples_only: bool = field(
+        default=False,
+        metadata={
+            "help": "PSR/NSR: train on the correct (psr) or the wrong (nsr) completions only, as the authors' "
+            "trainer does: the loss's means, and its KL term, run over them. False: every completion stays in "
+            "the loss, the others with advantage 0 (an unbiased per-sample mean, whose step scales with the "
+            "share of kept completions)."
+        },
+    )
     w_reinforce_lambda: float = field(
         default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
     )
@@ -272,6 +423,7 @@ class SAGEConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         super().__post_init__()
         choices = {
             "guide": GUIDES,
@@ -307,8 +459,6 @@ class SAGEConfig(GRPOConfig):
                 f"max_steps={self.max_steps}: give a positive number of optimizer steps "
                 "(or -1 to train num_train_epochs epochs)"
             )
-        if not 0 < self.q_min <= 1 <= self.q_max:
-            raise ConfigError(f"need 0 < q_min <= 1 <= q_max, got q_min={self.q_min}, q_max={self.q_max}")
         if self.divergence == "forward" and self.guide != "none":
             raise ConfigError("divergence='forward' takes no guide: set guide='none'")
         if self.kl_placement == "reward" and self.divergence != "reverse":
@@ -330,6 +480,19 @@ class SAGEConfig(GRPOConfig):
         self._check_trl_loss_options()
         self._check_exploration_methods()
 
+    def _check_numbers(self) -> None:
+        """Every numeric field against :data:`NUMERIC_RANGES` (finite only, for a field missing there); a field
+        whose annotation allows None or a string is skipped when it holds one.
+
+        Raises:
+            ConfigError: one line, ``name=value must be <range>``.
+        """
+        for name, allows_str in numeric_fields(type(self)).items():
+            value = getattr(self, name)
+            if value is None or (allows_str and isinstance(value, str)):
+                continue
+            check_number(name, value, NUMERIC_RANGES.get(name, Range()), ConfigError)
+
     def _check_trl_loss_options(self) -> None:
         """TRL's surrogate options compose with the SAGE anchor (they act on the policy term); refuse the
         combinations that would not (one-line ConfigError with the reason)."""
@@ -349,7 +512,8 @@ class SAGEConfig(GRPOConfig):
             )
 
     def _check_exploration_methods(self) -> None:
-        """The pass@k-preserving methods' settings (one line each, naming the key and the allowed range)."""
+        """The exploration methods' settings that depend on other fields (one line each; the ranges of single
+        fields are :data:`NUMERIC_RANGES`)."""
         estimator = self.resolved_advantage_estimator
         group = self.num_generations
         if estimator in PASSK_ESTIMATORS:
@@ -359,26 +523,6 @@ class SAGEConfig(GRPOConfig):
                 f"passk_k_schedule={self.passk_k_schedule!r} schedules the k of {', '.join(PASSK_ESTIMATORS)}; "
                 f"advantage_estimator={estimator!r} reads no k"
             )
-        if not (_finite(self.risk_beta) and self.risk_beta > 0):
-            raise ConfigError(f"risk_beta={self.risk_beta!r} must be a finite number > 0")
-        if self.passk_mix_weight is not None and not (
-            _finite(self.passk_mix_weight) and 0.0 <= self.passk_mix_weight <= 1.0
-        ):
-            raise ConfigError(
-                f"passk_mix_weight={self.passk_mix_weight!r} must be a number in [0, 1] (or None: per group)"
-            )
-        if (
-            isinstance(self.partition_ngram, bool)
-            or not isinstance(self.partition_ngram, int)
-            or self.partition_ngram < 1
-        ):
-            raise ConfigError(f"partition_ngram={self.partition_ngram!r} must be an integer >= 1")
-        if not (_finite(self.partition_threshold) and 0.0 <= self.partition_threshold < 1.0):
-            raise ConfigError(f"partition_threshold={self.partition_threshold!r} must be in [0, 1)")
-        if not (_finite(self.outcome_coef) and self.outcome_coef >= 0):
-            raise ConfigError(f"outcome_coef={self.outcome_coef!r} must be a finite number >= 0")
-        if not (_finite(self.outcome_b0) and 0.0 <= self.outcome_b0 <= 1.0):
-            raise ConfigError(f"outcome_b0={self.outcome_b0!r} must be in [0, 1]")
         if (
             set(ADVANTAGE_INPUTS[estimator]) & set(TEXT_INPUTS)
             and self.dynamic_sampling
@@ -388,23 +532,13 @@ class SAGEConfig(GRPOConfig):
                 f"advantage_estimator={estimator!r} reads the completions' text, which DAPO's refill does not keep "
                 "across rounds: set max_num_gen_batches=1 (drop equal-reward groups without refill)"
             )
-        if not self.w_reinforce_lambda > 0:
-            raise ConfigError(f"w_reinforce_lambda={self.w_reinforce_lambda} must be > 0")
-        if not 0.0 <= self.unlikeliness_beta <= 1.0:
-            raise ConfigError(f"unlikeliness_beta={self.unlikeliness_beta} must be in [0, 1]")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ConfigError(f"{name}={getattr(self, name)} must be in (0, 1) (a share of the tokens)")
+        if self.signed_samples_only and estimator not in ("psr", "nsr"):
+            raise ConfigError(
+                f"signed_samples_only keeps the correct (psr) or wrong (nsr) completions: it needs "
+                f"advantage_estimator='psr' or 'nsr' (got {estimator!r})"
+            )
         if not self.clip_cov_lb < self.clip_cov_ub:
             raise ConfigError(f"clip_cov_lb={self.clip_cov_lb} must be below clip_cov_ub={self.clip_cov_ub}")
-        if self.kl_cov_coef < 0:
-            raise ConfigError(f"kl_cov_coef={self.kl_cov_coef} must be >= 0")
-        if self.entropy_adv_alpha < 0:
-            raise ConfigError(f"entropy_adv_alpha={self.entropy_adv_alpha} must be >= 0 (0: off)")
-        if not self.entropy_adv_kappa > 1:
-            raise ConfigError(
-                f"entropy_adv_kappa={self.entropy_adv_kappa} must be > 1 (so the bonus never flips A's sign)"
-            )
         if self.resolved_policy_loss in ("clip_cov", "kl_cov") and self.delta is not None:
             raise ConfigError(f"policy_loss={self.policy_loss!r} has no two-sided clip: leave delta unset")
         if self.resolved_policy_loss == "kl_cov" and self.is_on_policy:
@@ -417,8 +551,6 @@ class SAGEConfig(GRPOConfig):
             raise ConfigError(
                 f"advantage_estimator={estimator!r} needs binary rewards; overlong shaping makes them negative"
             )
-        if isinstance(self.max_num_gen_batches, bool) or self.max_num_gen_batches < 0:
-            raise ConfigError(f"max_num_gen_batches={self.max_num_gen_batches!r} must be >= 0 (0: no limit)")
         if self.max_num_gen_batches != 1 and not self.dynamic_sampling:
             raise ConfigError(
                 "max_num_gen_batches refills DAPO's dynamic sampling: set dynamic_sampling=True"
@@ -436,29 +568,37 @@ class SAGEConfig(GRPOConfig):
 
     def _check_passk_k_schedule(self, group: int) -> None:
         """k stays an integer in 1..num_generations (and <= num_generations - 1 for PKPO's loo baseline) at every
-        optimizer step: a schedule moves between its two end points, so both are checked."""
-        ends = [("passk_k", self.passk_k)]
-        if self.passk_k_schedule != "constant":
+        optimizer step: a schedule moves between its two end points, so both are checked (their single-field
+        ranges, and ``passk_k_switch``'s, are :data:`NUMERIC_RANGES`)."""
+        allowed = Range(1, group, integer=True)
+        if self.passk_k_schedule == "constant":
+            check_number("passk_k", self.passk_k, allowed, ConfigError)
+            if self.passk_k_end is not None and self.passk_k_end != self.passk_k:
+                raise ConfigError(
+                    f"passk_k_end={self.passk_k_end!r} is read by a passk_k_schedule other than 'constant': set "
+                    "passk_k_schedule (linear, cosine or step) or leave passk_k_end unset"
+                )
+            ends = [self.passk_k]
+        else:
             if self.passk_k_end is None:
                 raise ConfigError(
                     f"passk_k_schedule={self.passk_k_schedule!r} needs passk_k_end (k at the last optimizer step)"
                 )
-            ends.append(("passk_k_end", self.passk_k_end))
-            if not (_finite(self.passk_k_switch) and 0.0 < self.passk_k_switch <= 1.0):
-                raise ConfigError(f"passk_k_switch={self.passk_k_switch!r} must be in (0, 1]")
-        elif self.passk_k_end is not None and self.passk_k_end != self.passk_k:
-            raise ConfigError(
-                f"passk_k_end={self.passk_k_end!r} is read by a passk_k_schedule other than 'constant': set "
-                "passk_k_schedule (linear, cosine or step) or leave passk_k_end unset"
-            )
+            for name in ("passk_k", "passk_k_end"):
+                if getattr(self, name) not in allowed:
+                    raise ConfigError(
+                        f"{name}={getattr(self, name)!r} must be {allowed} (num_generations={group}): k stays in "
+                        f"it at every step of passk_k_schedule={self.passk_k_schedule!r}"
+                    )
+            ends = [self.passk_k, self.passk_k_end]
         scheduled = " at every step of the schedule" if len(ends) > 1 else ""
-        for name, k in ends:
-            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= group:
-                raise ConfigError(f"{name}={k!r} must be an integer in 1..num_generations={group}{scheduled}")
-        top = max(k for _, k in ends)
-        if self.resolved_advantage_estimator == "pkpo" and self.pkpo_baseline == "loo" and top > group - 1:
+        if (
+            self.resolved_advantage_estimator == "pkpo"
+            and self.pkpo_baseline == "loo"
+            and max(ends) > group - 1
+        ):
             raise ConfigError(
-                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (got {top})"
+                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (got {max(ends)})"
             )
 
     @property

@@ -31,7 +31,6 @@ import yaml
 from sagerl import __version__
 from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError, first_line
-from sagerl.precision import check_dtype
 from sagerl.run_lock import run_lock
 from sagerl.train.presets import load_preset
 
@@ -48,7 +47,6 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "save_total_limit": 2,
     "report_to": "none",
     "seed": 0,
-    "bf16": False,
     "dataloader_num_workers": 0,
     "gradient_checkpointing": False,  # TRL defaults to True, which also disables the KV cache in generation
 }
@@ -207,12 +205,15 @@ class ResolvedConfig:
     preset: str
     settings: RunSettings
     trainer: dict[str, Any]
+    dtype: str = "float32"
+    """The precision the run uses (``settings.dtype`` resolved for this machine, :mod:`sagerl.precision`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sagerl_version": __version__,
             "preset": self.preset,
             "run": dataclasses.asdict(self.settings),
+            "dtype": self.dtype,
             "trainer": self.trainer,
         }
 
@@ -235,8 +236,37 @@ def resolve_config(preset: str, overrides: dict[str, Any]) -> ResolvedConfig:
             setattr(settings, key, coerce_value(key, value))
         else:
             trainer[key] = coerce_value(key, value)
-    check_dtype(settings.dtype, "dtype")
-    return ResolvedConfig(preset, settings, trainer)
+    dtype = _resolve_run_dtype(settings.dtype, trainer.get("bf16") if "bf16" in overrides else None)
+    trainer["bf16"] = dtype == "bfloat16"
+    if trainer["bf16"] and _device() == "cpu":
+        trainer["use_cpu"] = True  # transformers refuses bf16 without a GPU unless told to train on the CPU
+    return ResolvedConfig(preset, settings, trainer, dtype)
+
+
+def _device() -> str:
+    from sagerl.precision import default_device
+
+    return default_device()
+
+
+def _resolve_run_dtype(requested: str, bf16: bool | None) -> str:
+    """The run's dtype: ``requested`` resolved for this machine; with ``dtype=auto``, TRL's ``bf16`` switch
+    decides when it was set (``--set bf16=true``).
+
+    Raises:
+        ConfigError: an unknown dtype, or ``bf16`` set against an explicit dtype.
+    """
+    from sagerl.precision import check_dtype, resolve_dtype
+
+    check_dtype(requested, "dtype")
+    if bf16 is not None:
+        implied = "bfloat16" if bf16 else "float32"
+        if requested not in ("auto", implied):
+            raise ConfigError(
+                f"bf16={bf16} contradicts dtype={requested}: set one of them (dtype: auto, float32, bfloat16)"
+            )
+        requested = implied
+    return resolve_dtype(requested, _device())
 
 
 def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):

@@ -256,6 +256,16 @@ class SAGETrainer(GRPOTrainer):
         return logps
 
     # ------------------------------------------------------------------ rollout
+    def _generate_single_turn(self, *args, **kwargs):
+        """TRL's rollout; with ``bf16`` on a CPU and transformers' ``generate``, under bfloat16 autocast (TRL
+        samples with the float32 master weights there; on a GPU it leaves the weights in the training
+        dtype, and vLLM has its own). The sampling probabilities are float32 (autocast runs softmax in
+        float32)."""
+        if self.args.bf16 and not self.use_vllm and self.accelerator.device.type == "cpu":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return super()._generate_single_turn(*args, **kwargs)
+        return super()._generate_single_turn(*args, **kwargs)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards_per_func = rewards_per_func
@@ -319,10 +329,10 @@ class SAGETrainer(GRPOTrainer):
         outputs, flags = [], []
         limit = self.args.max_num_gen_batches
         while True:
-            rewards = self._weighted_rewards(output["sage_rewards_per_func"])
+            signal = self._filter_signal(output["sage_rewards_per_func"])
             outputs.append(output)
-            flags.append(groups_with_spread(rewards, group_size))
-            have = torch.tensor(float(sum(sum(f) for f in flags)), device=rewards.device)
+            flags.append(groups_with_spread(signal, group_size))
+            have = torch.tensor(float(sum(sum(f) for f in flags)), device=signal.device)
             short = self.accelerator.reduce(torch.clamp(needed - have, min=0.0), reduction="sum").item()
             if short == 0 or (limit and len(outputs) >= limit):
                 break
@@ -341,6 +351,27 @@ class SAGETrainer(GRPOTrainer):
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
         return rewards
+
+    def _filter_signal(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(B,) what DAPO's filter (and the unlikeliness reward's) reads to tell a group with spread: the accuracy,
+        as verl's DAPO recipes (``algorithm.filter_groups.metric=acc``, the reward before the overlong penalty)
+        and the unlikeliness reward's authors (the number of correct samples) do.
+
+        That is the reward function named ``correctness`` (sagerl's :class:`~sagerl.train.rewards.CorrectnessReward`)
+        when there is one; otherwise the weighted total of the reward functions other than DAPO's overlong
+        shaping, which sagerl adds itself. NaN where nothing scored the completion.
+        """
+        names = self.reward_func_names
+        if "correctness" in names:
+            return rewards_per_func[:, names.index("correctness")]
+        if names and names[-1] == "overlong" and self.args.resolved_overlong_buffer_len > 0:  # OverlongReward
+            weights = self.reward_weights.to(rewards_per_func.device).clone()
+            weights[-1] = 0.0
+            task = rewards_per_func[:, :-1]
+            signal = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+            signal[torch.isnan(task).all(dim=1)] = float("nan")
+            return signal
+        return self._weighted_rewards(rewards_per_func)
 
     def _refill_prompts(self, inputs, round_index: int, groups: int, group_size: int) -> list[dict]:
         """The rows of ``groups`` prompts of the training set, each repeated ``group_size`` times, drawn by a
@@ -408,9 +439,12 @@ class SAGETrainer(GRPOTrainer):
         if self.args.multi_objective_aggregation == "normalize_then_sum":
             advantages = normalize_then_sum_advantages(rewards_per_func, weights, group_size)
         if self.args.dynamic_sampling:
-            keep = dynamic_sampling_mask(rewards, group_size)
+            group_keep = dynamic_sampling_mask(self._filter_signal(rewards_per_func), group_size)
         else:
-            keep = torch.ones_like(rewards, dtype=torch.bool)
+            group_keep = torch.ones_like(rewards, dtype=torch.bool)
+        keep = group_keep
+        if self.args.signed_samples_only:  # PSR: the correct completions only; NSR: the wrong ones
+            keep = keep & (rewards == (1.0 if estimator == "psr" else 0.0))
 
         local = output["completion_ids"].shape[0]
         start = self.accelerator.process_index * local
@@ -430,7 +464,9 @@ class SAGETrainer(GRPOTrainer):
             output["teacher_logps"] = self._teacher_logps(output, mode)
 
         metrics = self._metrics[mode]
-        metrics["filtered_groups_share"].append(1.0 - keep.view(-1, group_size)[:, 0].float().mean().item())
+        metrics["filtered_groups_share"].append(
+            1.0 - group_keep.view(-1, group_size)[:, 0].float().mean().item()
+        )
         if mode == "train" and self.args.dynamic_sampling:
             metrics["dynamic_sampling/rounds"].append(float(rounds))
         if "correctness" in self.reward_func_names:

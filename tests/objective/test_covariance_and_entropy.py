@@ -80,9 +80,9 @@ def test_kl_cov_penalises_the_top_covariance_tokens_and_vanishes_on_policy():
 def test_covariance_bad_input():
     logp, old, adv, mask = _batch()
     for ratio in (0.0, 1.0, -0.1):
-        with pytest.raises(ValueError, match=r"clip_cov_ratio must be in \(0, 1\)"):
+        with pytest.raises(ValueError, match=r"clip_cov_ratio=.* must be a number in \(0, 1\)"):
             clip_cov_surrogate(logp, old, adv, mask, clip_cov_ratio=ratio)
-        with pytest.raises(ValueError, match=r"kl_cov_ratio must be in \(0, 1\)"):
+        with pytest.raises(ValueError, match=r"kl_cov_ratio=.* must be a number in \(0, 1\)"):
             kl_cov_surrogate(logp, old, adv, mask, kl_cov_ratio=ratio)
     with pytest.raises(ValueError, match="clip_cov_lb < clip_cov_ub"):
         clip_cov_surrogate(logp, old, adv, mask, clip_cov_lb=5.0, clip_cov_ub=1.0)
@@ -98,7 +98,10 @@ def test_entropy_advantage_hand_computed():
     # min(0.4·H, |A|/2): row 0: 0.2, 0.5 (capped); row 1: 0.4, padding: no bonus; row 2: A = 0, none
     torch.testing.assert_close(out, torch.tensor([[1.2, 1.5], [-1.6, -2.0], [0.0, 0.0]]))
     for alpha, kappa in ((0.0, 2.0), (0.4, 1.0), (0.4, 0.5)):
-        with pytest.raises(ValueError, match="α must be > 0|κ must be > 1"):
+        with pytest.raises(
+            ValueError,
+            match=r"alpha=.* must be a number in \(0, inf\)|kappa=.* must be a number in \(1, inf\)",
+        ):
             entropy_advantage(adv, entropy, mask, alpha=alpha, kappa=kappa)
 
 
@@ -127,3 +130,48 @@ def test_sage_loss_routes_the_policy_term_and_the_entropy_advantage():
     torch.testing.assert_close(kl.per_token_loss, direct.loss + 0.05 * kl.kl)
     with pytest.raises(ValueError, match="needs entropy"):
         sage_loss(logp, old, ref, adv, mask, entropy_adv_alpha=0.4)
+
+
+def _large_batch(seed: int = 0, rows: int = 40, width: int = 150):
+    """A random batch of mixed lengths (3,537 valid tokens for the defaults), log-ratios spread as after a few
+    optimizer steps (σ = 0.4), per-sequence advantages."""
+    gen = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(rows, width, generator=gen) * 3).requires_grad_(True)
+    old = logp.detach() + 0.4 * torch.randn(rows, width, generator=gen)
+    adv = torch.randn(rows, generator=gen)
+    lengths = torch.randint(20, width + 1, (rows,), generator=gen)
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    return logp, old, adv, mask
+
+
+def test_clip_cov_at_the_authors_epsilon_leaves_ppo_clip_to_extreme_ratios():
+    # the authors' Clip-Cov recipe sets clip_ratio_low = clip_ratio_high = 1 (the clip-cov preset's epsilon: 1.0);
+    # at GRPO's ε = 0.2, PPO's clip acts on 31% of this batch's tokens, at ε = 1 on 2% (the issue's batch: 1,190 and
+    # 27 of 4,619)
+    logp, old, adv, mask = _large_batch()
+    valid = mask.bool()
+    assert int(valid.sum()) == 3537
+
+    def clipped(epsilon):
+        out = clip_cov_surrogate(logp, old, adv, mask, epsilon_low=epsilon, epsilon_high=epsilon)
+        return int(((out.clipped_low | out.clipped_high) & valid).sum()), int(out.covariance_masked.sum())
+
+    assert clipped(0.2) == (1085, 1)  # and max(int(2e-4 · 3,537), 1) = 1 token detached by the covariance
+    assert clipped(1.0) == (77, 1)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "kl_cov", "clip_cov"), [(1000, 2, 1), (4619, 9, 1), (499, 1, 1), (10000, 20, 2)]
+)
+def test_covariance_methods_pick_the_authors_token_counts(tokens, kl_cov, clip_cov):
+    # KL-Cov: max(1, int(N · k_percent / 100)) with the authors' k_percent = 0.2 (kl_cov_ratio 2e-3); Clip-Cov:
+    # max(int(2e-4 · N), 1) (docs/methods.md: "a micro-batch of ~1,000 tokens": KL-Cov picks 2, Clip-Cov 1)
+    gen = torch.Generator().manual_seed(1)
+    logp = -torch.rand(1, tokens, generator=gen) * 3
+    old = logp + 0.05 * torch.randn(1, tokens, generator=gen)
+    adv = torch.randn(1, tokens, generator=gen)
+    mask = torch.ones(1, tokens)
+    assert max(1, int(tokens * 0.2 / 100)) == kl_cov
+    assert int(kl_cov_surrogate(logp, old, adv, mask).covariance_masked.sum()) == kl_cov
+    out = clip_cov_surrogate(logp, old, adv, mask, clip_cov_lb=-1e9, clip_cov_ub=1e9)
+    assert int(out.covariance_masked.sum()) == clip_cov

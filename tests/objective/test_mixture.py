@@ -46,7 +46,7 @@ def test_unscorable_completions_and_bad_input():
         with_nan[[0, 2, 3]], without, rtol=1e-4, atol=1e-4
     )  # GRPO's eps on 3 vs 3 rows
     for w in (1.5, -0.1, float("nan"), True):
-        with pytest.raises(ValueError, match=r"mix_weight=.* must be a number in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"^mix_weight=.* must be a number in \[0, 1\]$"):
             passk_mix_advantages(REWARDS, 8, k=4, mix_weight=w)
     with pytest.raises(ValueError, match="binary rewards"):
         passk_mix_advantages(torch.tensor([1.0, 0.5, 0.0, 0.0]), 4, k=2)

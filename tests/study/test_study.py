@@ -10,7 +10,9 @@ import yaml
 
 from sagerl.cli import main
 from sagerl.errors import ConfigError
+from sagerl.objective import Range
 from sagerl.study import load_study, parse_study, run_study, t_interval
+from sagerl.study.spec import NUMERIC_RANGES
 
 BASE = {
     "name": "t",
@@ -82,9 +84,12 @@ def test_cells_expand_over_seeds_and_sweeps():
         (dict(cells=[{"preset": "grpo"}], eval={"datasets": ["planted"], "n": 0}), r"eval.n"),
         (
             dict(cells=[{"preset": "grpo"}], eval={"datasets": ["planted"], "n": "many"}),
-            r"eval.n must be an integer",
+            r"eval.n='many' must be an integer in \[1, inf\)",
         ),
-        (dict(cells=[{"preset": "grpo"}], train={"steps": 0}), r"train.steps must be a positive integer"),
+        (
+            dict(cells=[{"preset": "grpo"}], train={"steps": 0}),
+            r"grid.yaml: train.steps=0 must be an integer in \[1, inf\)",
+        ),
         (
             dict(cells=[{"preset": "grpo"}], train={"dataset": "planted_trian", "steps": 2}),
             r"grid.yaml: train.dataset: unknown dataset 'planted_trian'.*did you mean 'planted_train'",
@@ -99,7 +104,7 @@ def test_cells_expand_over_seeds_and_sweeps():
         ),
         (
             dict(cells=[{"preset": "grpo"}, {"preset": "grpo+branch", "set": {"q_min": 10.0, "q_max": 0.1}}]),
-            r"cells\[1\] .*need 0 < q_min <= 1 <= q_max, got q_min=10.0",
+            r"cells\[1\] .*q_min=10.0 must be a number in \(0, 1\]",
         ),
         (
             dict(
@@ -324,3 +329,20 @@ def test_the_study_table_fits_80_columns():
     assert all(f"[13.9, {hi}]" in text for hi in ("41.7",)) and "27.8" in text and "0.139" in text
     for header in ("planted_common", "pass@64 (%)", "tail share", "KL to ref", "expanded", "shrunk"):
         assert header in text
+
+
+def _with_setting(key: str, value) -> dict:
+    section, _, name = key.rpartition(".")
+    if not section:
+        return {name: value}
+    return {section: {**BASE[section], name: value}}
+
+
+@pytest.mark.parametrize("key", sorted(NUMERIC_RANGES))
+def test_every_numeric_setting_fails_outside_its_range_in_one_line(key):
+    allowed = Range(**NUMERIC_RANGES[key])
+    for value in (math.nan, math.inf, -math.inf, *allowed.just_outside()):
+        with pytest.raises(ConfigError) as info:
+            study(cells=[{"preset": "grpo"}], **_with_setting(key, value))
+        message = str(info.value)
+        assert message.startswith("grid.yaml") and message.endswith(f": {key}={value!r} must be {allowed}")

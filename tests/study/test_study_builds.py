@@ -76,8 +76,8 @@ def test_cells_expand_over_builds_and_seeds_on_each_builds_models(tmp_path):
             {"builds": ["b1"], "model": "smollm2-135m-instruct"},
             "'smollm2-135m-instruct' has no reference builds",
         ),
-        ({"threads": 0}, "threads must be a positive integer"),
-        ({"threads": 1.5}, "threads must be a positive integer"),
+        ({"threads": 0}, r"threads=0 must be an integer in \[1"),
+        ({"threads": 1.5}, r"threads=1.5 must be an integer"),
     ],
 )
 def test_bad_builds_and_threads_are_refused_before_anything_runs(changes, message):

@@ -1,9 +1,12 @@
 """SAGEConfig validation and the presets: every paper row resolves to the documented settings."""
 
+import math
+
 import pytest
 
 from sagerl.errors import ConfigError
 from sagerl.train import SAGEConfig
+from sagerl.train.config import NUMERIC_RANGES, numeric_fields
 from sagerl.train.run import build_trainer_config, parse_overrides, resolve_config
 
 COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
@@ -25,13 +28,51 @@ COMMON = dict(output_dir="/tmp/unused", bf16=False, report_to="none")
         (dict(kl_placement="reward", divergence="forward", beta=0.05), "needs divergence='reverse'"),
         (dict(q_min=1.1), "q_min"),
         (dict(overlong_buffer_len=5000, max_completion_length=256), "overlong_buffer_len"),
-        (dict(max_steps=-3), "max_steps=-3: give a positive number of optimizer steps"),
+        (dict(max_steps=-3), "max_steps=-3 must be an integer in"),
         (dict(max_steps=0), "max_steps=0: give a positive number"),
     ],
 )
 def test_unsupported_or_inconsistent_options_raise(bad, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         SAGEConfig(**COMMON, **bad)
+
+
+NUMERIC = sorted(numeric_fields(SAGEConfig))
+
+
+def test_every_numeric_field_has_a_declared_range():
+    # a numeric field added to SAGEConfig (or by a TRL upgrade) without a range in NUMERIC_RANGES fails here
+    missing = [name for name in NUMERIC if name not in NUMERIC_RANGES]
+    assert missing == [], f"declare the range of {missing} in sagerl/train/config.py NUMERIC_RANGES"
+    assert sorted(set(NUMERIC_RANGES) - set(NUMERIC)) == []  # and no range for a field that is gone
+    assert len(NUMERIC) > 90
+
+
+def _outside(name: str) -> list:
+    return [math.nan, math.inf, -math.inf, *NUMERIC_RANGES.get(name, ()).just_outside()]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_nan_inf_and_values_just_outside_fail_naming_field_value_and_range(name):
+    allowed = NUMERIC_RANGES.get(name)
+    assert allowed is not None, f"no declared range for {name}"
+    for value in _outside(name):
+        with pytest.raises(ConfigError) as info:
+            SAGEConfig(**COMMON, **{name: value})
+        assert str(info.value) == f"{name}={value!r} must be {allowed}"
+    if allowed.integer:  # an integer field refuses a float, even a whole one
+        with pytest.raises(ConfigError, match=f"^{name}=.* must be an integer"):
+            SAGEConfig(**COMMON, **{name: float(max(allowed.low, 0) + 1)})
+
+
+def test_the_issue_cases():
+    with pytest.raises(ConfigError, match=r"^w_reinforce_lambda=inf must be a number in \(0, inf\)$"):
+        SAGEConfig(**COMMON, w_reinforce_lambda=math.inf)
+    with pytest.raises(ConfigError, match=r"^passk_k=9 must be an integer in \[1, 8\]$"):
+        SAGEConfig(**COMMON, advantage_estimator="pkpo", passk_k=9)
+    with pytest.raises(ConfigError, match=r"^gamma='0.3' must be a number in \[0, inf\)$"):
+        SAGEConfig(**COMMON, gamma="0.3")
+    SAGEConfig(**COMMON, pad_to_multiple_of="auto")  # int | str: the string is TRL's to read
 
 
 def test_max_steps_minus_one_or_positive():
@@ -58,8 +99,8 @@ EXPECTED = {
     "w-reinforce": ("none", 0.05, "reverse", "w_reinforce", "seq-mean-token-mean", 0.2, False, 0),
     "psr": ("none", 0.05, "reverse", "psr", "seq-mean-token-mean", 0.2, False, 0),
     "nsr": ("none", 0.05, "reverse", "nsr", "seq-mean-token-mean", 0.2, False, 0),
-    "unlikely": ("none", 0.05, "reverse", "unlikely", "seq-mean-token-mean", 0.2, False, 0),
-    "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "unlikely": ("none", 0.05, "reverse", "unlikely", "seq-mean-token-mean", 0.2, True, 0),
+    "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 1.0, False, 0),
     "kl-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "entropy-adv": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     # issue 23's methods
@@ -77,8 +118,16 @@ METHOD_KEYS = {
     "passk": {"passk_k": 4},
     "pkpo": {"passk_k": 4, "pkpo_baseline": "loo_minus_one"},
     "w-reinforce": {"w_reinforce_lambda": 0.1},
-    "unlikely": {"unlikeliness_beta": 0.25},
-    "clip-cov": {"policy_loss": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    "unlikely": {"unlikeliness_beta": 0.25, "max_num_gen_batches": 10},  # the authors' refill of equal groups
+    "clip-cov": {  # the authors' recipe: PPO's clip at ε_low = ε_high = 1
+        "policy_loss": "clip_cov",
+        "clip_cov_ratio": 2e-4,
+        "clip_cov_lb": 1.0,
+        "clip_cov_ub": 5.0,
+        "epsilon": 1.0,
+    },
+    "psr": {"signed_samples_only": False},  # sagerl's per-sample mean (docs/methods.md says why)
+    "nsr": {"signed_samples_only": False},
     "kl-cov": {"policy_loss": "kl_cov", "kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0, "num_iterations": 2},
     "entropy-adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
     "rs-grpo": {"risk_beta": 2.0},
@@ -121,7 +170,8 @@ def test_presets_resolve_to_the_paper_rows(preset, tmp_path):
     assert got == EXPECTED[preset]
     assert {key: getattr(args, key) for key in METHOD_KEYS.get(preset, {})} == METHOD_KEYS.get(preset, {})
     # the authors' shared defaults
-    assert (args.num_generations, args.temperature, args.epsilon) == (8, 1.0, 0.2)
+    assert (args.num_generations, args.temperature) == (8, 1.0)
+    assert args.epsilon == (1.0 if preset == "clip-cov" else 0.2)
     assert (args.gamma, args.tau, args.q_min, args.q_max) == (0.3, 1.2, 0.6, 1.4)
 
 

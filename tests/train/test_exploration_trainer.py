@@ -108,22 +108,22 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
     [
         (
             dict(advantage_estimator="passk", passk_k=0),
-            r"passk_k=0 must be an integer in 1..num_generations=4",
+            r"passk_k=0 must be an integer in \[1, inf\)",
         ),
         (
             dict(advantage_estimator="pkpo", passk_k=5),
-            r"passk_k=5 must be an integer in 1..num_generations=4",
+            r"passk_k=5 must be an integer in \[1, 4\]",
         ),
         (
             dict(advantage_estimator="pkpo", passk_k=4, pkpo_baseline="loo"),
             "needs passk_k <= num_generations - 1",
         ),
-        (dict(w_reinforce_lambda=0.0), r"w_reinforce_lambda=0.0 must be > 0"),
-        (dict(unlikeliness_beta=1.5), r"unlikeliness_beta=1.5 must be in \[0, 1\]"),
-        (dict(entropy_adv_kappa=1.0), r"entropy_adv_kappa=1.0 must be > 1"),
-        (dict(entropy_adv_alpha=-0.1), r"entropy_adv_alpha=-0.1 must be >= 0"),
-        (dict(clip_cov_ratio=1.0), r"clip_cov_ratio=1.0 must be in \(0, 1\)"),
-        (dict(kl_cov_ratio=0.0), r"kl_cov_ratio=0.0 must be in \(0, 1\)"),
+        (dict(w_reinforce_lambda=0.0), r"w_reinforce_lambda=0.0 must be a number in \(0, inf\)"),
+        (dict(unlikeliness_beta=1.5), r"unlikeliness_beta=1.5 must be a number in \[0, 1\]"),
+        (dict(entropy_adv_kappa=1.0), r"entropy_adv_kappa=1.0 must be a number in \(1, inf\)"),
+        (dict(entropy_adv_alpha=-0.1), r"entropy_adv_alpha=-0.1 must be a number in \[0, inf\)"),
+        (dict(clip_cov_ratio=1.0), r"clip_cov_ratio=1.0 must be a number in \(0, 1\)"),
+        (dict(kl_cov_ratio=0.0), r"kl_cov_ratio=0.0 must be a number in \(0, 1\)"),
         (dict(policy_loss="kl_cov"), "does nothing when training is strictly on-policy"),
         (dict(policy_loss="cov"), "policy_loss='cov' is not one of"),
         (
@@ -131,7 +131,7 @@ def test_trainer_loss_equals_objective(case, tiny_model, tmp_path):
             "needs binary rewards",
         ),
         (dict(max_num_gen_batches=3), "set dynamic_sampling=True"),
-        (dict(dynamic_sampling=True, max_num_gen_batches=-1), "must be >= 0"),
+        (dict(dynamic_sampling=True, max_num_gen_batches=-1), r"must be an integer in \[0, inf\)"),
     ],
 )
 def test_bad_settings_fail_at_config_time(overrides, message, tmp_path):
@@ -221,3 +221,95 @@ def test_refill_stops_at_the_limit_and_drops_what_is_left(tiny_model, tmp_path):
     assert len(reward.calls) == 1  # max_num_gen_batches=1: filter only, as before
     keep = dynamic_sampling_mask(torch.tensor(reward.calls[0]), GROUP)
     assert inputs["sage_keep"].tolist() == keep.float().tolist() == [1.0] * GROUP + [0.0] * GROUP
+
+
+def test_dapo_filter_reads_the_accuracy_not_the_overlong_penalty(tiny_model, tmp_path):
+    # the issue's case: a group all correct, one completion in the overlong buffer. verl's DAPO recipes filter on
+    # `acc` (the reward before the penalty) and drop it; the weighted total (0.5 for that completion) kept it
+    trainer, _ = make_trainer(
+        tiny_model, tmp_path, dynamic_sampling=True, overlong_buffer_len=4, loss_agg_mode="token-mean"
+    )
+    assert trainer.reward_func_names == ["correctness", "overlong"]
+    per_func = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, -0.5], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, -0.25], [0.0, 0.0]])  # fmt: skip
+    signal = trainer._filter_signal(per_func)
+    assert signal.tolist() == per_func[:, 0].tolist()
+    assert dynamic_sampling_mask(signal, GROUP).tolist() == [False] * GROUP + [True] * GROUP
+    assert dynamic_sampling_mask(trainer._weighted_rewards(per_func), GROUP).tolist() == [True] * (2 * GROUP)
+    # a TRL user's own reward function (not named correctness): the weighted total less DAPO's overlong term
+    trainer.reward_func_names = ["my_reward", "overlong"]
+    assert trainer._filter_signal(per_func).tolist() == per_func[:, 0].tolist()
+    # and the rollout's keep-mask reads it
+    inputs = rollout(trainer)
+    correctness = torch.tensor(trainer.reward_funcs[0].calls[-1])
+    expected = dynamic_sampling_mask(correctness, GROUP).float()
+    assert inputs["sage_keep"].tolist() == expected.tolist() == [1.0] * GROUP + [0.0] * GROUP
+
+
+class SixRightTwoWrong:
+    """6 correct and 2 wrong completions among the 8 of a step (the issue's NSR example)."""
+
+    __name__ = "correctness"
+
+    def __call__(self, completions, completion_ids, **kwargs):
+        return [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0][: len(completion_ids)]
+
+
+def _policy_logp(model, inputs):
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    t = inputs["completion_ids"].shape[1]
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, -t - 1 : -1].float() / 0.9
+    return torch.log_softmax(logits, dim=-1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def _gradient(model, loss) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad], allow_unused=True)
+    return torch.cat([g.reshape(-1) for g in grads if g is not None])
+
+
+@pytest.mark.parametrize("estimator", ["nsr", "psr"])
+def test_signed_samples_only_is_the_authors_batch_of_kept_samples(estimator, tiny_model, tmp_path):
+    # RLVR-Decomposed (Zhu et al.) subsets the batch to the correct (PSR) or wrong (NSR) samples and takes verl's
+    # token mean over them: −A·ρ over the kept completions' tokens, A = +1 (PSR) or −1 (NSR), no KL
+    grads = {}
+    for only in (True, False):
+        trainer, _ = make_trainer(
+            tiny_model, tmp_path / str(only), advantage_estimator=estimator, signed_samples_only=only,
+            guide="none", beta=0.0, loss_agg_mode="token-mean",
+        )  # fmt: skip
+        trainer.reward_funcs = [SixRightTwoWrong()]
+        inputs = rollout(trainer)
+        grads[only] = _gradient(trainer.model, trainer.compute_loss(trainer.model, inputs))
+    rewards = torch.tensor(SixRightTwoWrong()(None, [0] * 8))
+    kept = rewards == (1.0 if estimator == "psr" else 0.0)
+    mask = inputs["completion_mask"].float() * kept.unsqueeze(1)
+    logp = _policy_logp(trainer.model, inputs)
+    sign = 1.0 if estimator == "psr" else -1.0
+    theirs = _gradient(trainer.model, (-sign * torch.exp(logp - logp.detach()) * mask).sum() / mask.sum())
+    torch.testing.assert_close(grads[True], theirs, rtol=1e-3, atol=1e-5)  # float32, fused head vs plain
+    assert grads[True].norm().item() == pytest.approx(theirs.norm().item(), rel=1e-4)
+    # sagerl's default keeps the other completions in the token count: the step scales by the kept tokens' share
+    share = (mask.sum() / inputs["completion_mask"].sum()).item()
+    torch.testing.assert_close(grads[False], share * theirs, rtol=1e-3, atol=1e-5)
+    assert grads[False].norm().item() == pytest.approx(share * theirs.norm().item(), rel=1e-4)
+    assert share < 1
+
+
+def test_signed_samples_only_needs_psr_or_nsr(tmp_path):
+    with pytest.raises(ConfigError, match="signed_samples_only .* needs advantage_estimator='psr' or 'nsr'"):
+        SAGEConfig(output_dir=str(tmp_path), num_generations=GROUP, per_device_train_batch_size=GROUP,
+                   use_cpu=True, advantage_estimator="w_reinforce", signed_samples_only=True)  # fmt: skip
+
+
+def test_unlikeliness_refills_groups_of_equal_accuracy(tiny_model, tmp_path):
+    # the authors' advantage_threshold + dynamic_update: a group whose samples are all correct leaves the batch and
+    # more prompts are sampled; sagerl does it with DAPO's refill, as the unlikely preset sets it
+    reward = FlakyGroupReward(constant_rounds=1)
+    trainer, _ = make_trainer(
+        tiny_model, tmp_path, advantage_estimator="unlikely", dynamic_sampling=True, max_num_gen_batches=5
+    )
+    trainer.reward_funcs = [reward]
+    inputs = rollout(trainer)
+    assert len(reward.calls) == 2 and trainer._metrics["train"]["dynamic_sampling/rounds"][-1] == 2.0
+    assert inputs["sage_keep"].tolist() == [1.0] * (2 * GROUP)  # every group of the step has spread
+    assert (inputs["advantages"].view(2, GROUP) != 0).any(dim=1).all()

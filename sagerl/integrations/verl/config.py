@@ -17,8 +17,9 @@ from typing import Any, Optional
 
 from sagerl.errors import ConfigError
 from sagerl.integrations.verl.version import check_verl_version
-from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, guide_inputs
+from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, Range, check_number, guide_inputs
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.registry import CONFIG_FIELDS, GUIDE_PARAM_RANGES
 
 try:
     from verl.workers.config import PolicyLossConfig
@@ -35,6 +36,19 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
 POLICY_TERMS = ("clip", "clip_cov", "kl_cov")
 """The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
+
+NUMERIC_RANGES: dict[str, Range] = {
+    **{
+        field: GUIDE_PARAM_RANGES[name]
+        for name, field in CONFIG_FIELDS.items()
+        if name in GUIDE_PARAM_RANGES and name != "teacher_lambda"  # verl computes no teacher log-probs
+    },
+    "kl_log_ratio_clip": Range(0.0, low_open=True),
+    "entropy_adv_alpha": Range(0.0),
+    "entropy_adv_kappa": Range(1.0, low_open=True),
+}
+"""The range of each numeric field :class:`SAGEPolicyLossConfig` adds to verl's ``PolicyLossConfig`` (the TRL
+adapter's ranges for the same names); NaN and ±inf are refused."""
 
 KL_LOSS_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
 """verl's ``actor.kl_loss_type`` names and the :func:`sagerl.objective.shaped_kl` estimator each one is."""
@@ -106,6 +120,10 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
 
     def __post_init__(self) -> None:
         check_verl_version()
+        for name, allowed in NUMERIC_RANGES.items():
+            value = getattr(self, name)
+            if value is not None:
+                check_number(f"actor.policy_loss.{name}", value, allowed, ConfigError)
         if self.loss_mode != "sage":
             raise ConfigError(
                 f"actor.policy_loss is SAGE's config ({TARGET}) but loss_mode={self.loss_mode!r}: set "

@@ -92,7 +92,7 @@ def test_plain_grpo_is_untouched():
         ("guide:teacher", "reads teacher_logp, which verl does not compute"),
         ("guide:branch,guide_entropy_source:reference", "reads the reference policy's entropies"),
         ("guide:branch_tokens", "guide='branch_tokens' is not one of"),
-        ("q_min:1.2", "need 0 < q_min <= 1 <= q_max"),
+        ("q_min:1.2", "actor.policy_loss.q_min=1.2 must be a number in (0, 1]"),
         ("kl_placement:reward_to_go", "kl_placement='reward_to_go' is not one of"),
     ],
 )
@@ -179,3 +179,25 @@ def test_the_entry_point_installs_the_plugin_in_a_fresh_process():
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
         )
         assert done.stdout.strip().splitlines()[-1] == expected, done.stderr[-2000:]
+
+
+def test_every_numeric_sage_field_is_checked():
+    """Every numeric field SAGE adds to verl's PolicyLossConfig has a range; NaN, ±inf and the values just outside
+    fail at construction (so in the driver) in one line naming the field, the value and the range."""
+    import dataclasses
+    import math
+
+    from verl.workers.config import PolicyLossConfig
+
+    from sagerl.integrations.verl.config import NUMERIC_RANGES
+
+    own = {f.name for f in dataclasses.fields(SAGEPolicyLossConfig)} - {
+        f.name for f in dataclasses.fields(PolicyLossConfig)
+    }
+    numeric = {n for n in own if isinstance(getattr(SAGEPolicyLossConfig(), n), float)}
+    assert numeric == set(NUMERIC_RANGES)
+    for name, allowed in NUMERIC_RANGES.items():
+        for value in (math.nan, math.inf, -math.inf, *allowed.just_outside()):
+            with pytest.raises(ConfigError) as info:
+                SAGEPolicyLossConfig(**{name: value})
+            assert str(info.value) == f"actor.policy_loss.{name}={value!r} must be {allowed}"

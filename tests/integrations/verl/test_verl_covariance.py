@@ -9,6 +9,7 @@ own ``loss_mode=clip_cov`` / ``kl_cov`` loss.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,3 +187,40 @@ def test_unlikely_is_refused_with_the_reason():
 
     with pytest.raises(ConfigError, match="does not pass to advantage estimators"):
         get_adv_estimator_fn("unlikely")(torch.ones(2, 1), torch.ones(2, 1), np.array(["a", "a"]))
+
+
+def test_clip_cov_preset_is_the_authors_recipe():
+    """The clip-cov preset's ε (read from its file: sagerl.train needs TRL, not in this environment) is the
+    authors' Clip-Cov recipe's clip_ratio_low = clip_ratio_high = 1 (PRIME-RL/Entropy-Mechanism-of-RL,
+    recipe/dapo/7b_clip_cov.sh); with it, sagerl's loss and gradient are verl's with that recipe's settings."""
+    import yaml
+
+    presets = Path(__file__).resolve().parents[3] / "sagerl" / "train" / "presets"
+    preset = {
+        **yaml.safe_load((presets / "base.yaml").read_text()),
+        **yaml.safe_load((presets / "clip-cov.yaml").read_text()),
+    }
+    assert (preset["epsilon"], preset.get("epsilon_high")) == (1.0, None)
+    params = {key: preset[key] for key in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
+    assert params == dict(clip_cov_ratio=2e-4, clip_cov_lb=1.0, clip_cov_ub=5.0)
+    gen = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(40, 150, generator=gen) * 3).requires_grad_(True)
+    old = logp.detach() + 0.4 * torch.randn(40, 150, generator=gen)
+    adv = (torch.randn(40, 1, generator=gen) * 4).expand(40, 150).contiguous()
+    config = ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio=1.0, clip_ratio_low=1.0,
+        clip_ratio_high=1.0, loss_agg_mode="token-mean", policy_loss=PolicyLossConfig(loss_mode="clip_cov", **params),
+    )  # fmt: skip
+    mask = torch.ones(40, 150)
+    torch.manual_seed(3)
+    verl_loss, _ = compute_policy_loss_clip_cov(
+        old, logp, adv, mask, loss_agg_mode="token-mean", config=config
+    )
+    (verl_grad,) = torch.autograd.grad(verl_loss, logp)
+    torch.manual_seed(3)
+    out = clip_cov_surrogate(logp, old, adv, mask, epsilon_low=preset["epsilon"], epsilon_high=None, **params)
+    ours = agg_loss(loss_mat=out.loss, loss_mask=mask, loss_agg_mode="token-mean")
+    (our_grad,) = torch.autograd.grad(ours, logp)
+    assert ours.item() == pytest.approx(verl_loss.item(), abs=1e-7)
+    torch.testing.assert_close(our_grad, verl_grad, atol=1e-7, rtol=1e-6)
+    assert out.covariance_masked.sum() == 1  # max(int(2e-4 · 6,000), 1)

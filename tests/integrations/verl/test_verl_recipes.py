@@ -63,6 +63,9 @@ def test_recipe_composes(variant, size, model_dir, tmp_path):
     assert cfg.algorithm.filter_groups.enable is variant.startswith("dapo")
     if variant.startswith("dapo"):  # DAPO as DAPO: verl's own refill, up to 10 generation rounds per step
         assert cfg.algorithm.filter_groups.max_num_gen_batches == 10
+        # the filter reads the accuracy: verl's DAPO reward manager stores sagerl's compute_score (a float) as
+        # `acc` before it adds the overlong penalty; the TRL adapter reads its correctness reward the same way
+        assert cfg.algorithm.filter_groups.metric == "acc"
         assert cfg.reward.reward_manager.name == "dapo"
         assert cfg.reward.reward_kwargs.overlong_buffer_cfg.len == 0.25 * cfg.data.max_response_length
     assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.actor_rollout_ref.rollout.temperature == 1.0

@@ -1,0 +1,222 @@
+"""Where the time of one demo training step goes, in float32 and in bfloat16, with the FLOPs of each part.
+
+Trains the demo's configuration (``grpo+branch`` on the embedded SmolLM2-135M-Instruct, arithmetic, 1 prompt x
+8 rollouts of at most 96 tokens per optimizer step, ``sagerl.demo``) for a few steps in a child process per
+dtype, and times the parts of each step by wrapping the trainer's methods:
+
+- ``sampling``: TRL's generation (``_generate``), rollouts of the policy;
+- ``reference forward``: the no-grad forward pass of the reference model (log-probs for the KL);
+- ``other no-grad forwards``: π_old or teacher log-probs when the configuration needs them;
+- ``policy forward + loss``: ``compute_loss`` (the policy's forward pass, the guide, the SAGE loss);
+- ``backward``: ``accelerator.backward``;
+- ``optimizer``: the optimizer step (and the scheduler).
+
+FLOPs: a forward pass over T tokens costs 2·N·T (N non-embedding parameters plus the LM head's, for the
+tokens whose logits are computed) plus attention (4·L·d·T·T_ctx/2 for causal attention); backward twice the
+forward. Each part's FLOP rate is reported against the machine's measured bf16 and fp32 matmul peaks
+(``torch.matmul`` of 4096×576 @ 576×1536, this model's shapes), so a part far below the peak is overhead-
+bound, not compute-bound.
+
+Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32,bfloat16] [--rounds 2]``; the first
+step of each child is a warm-up and is left out. Run on an idle machine (two torch processes on 2 cores slow
+each other about tenfold). Prints a markdown table per dtype and the bf16/fp32 step-time ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+PARTS = (
+    "sampling",
+    "reference forward",
+    "other no-grad forwards",
+    "policy forward + loss",
+    "backward",
+    "optimizer",
+)
+
+
+def matmul_peak(dtype: str, seconds: float = 1.0) -> float:
+    """Measured GFLOP/s of a 4096×576 @ 576×1536 matmul in ``dtype`` with the process's threads."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    a, b = torch.randn(4096, 576, dtype=dt), torch.randn(576, 1536, dtype=dt)
+    for _ in range(3):
+        a @ b
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        n += 1
+    return 2 * 4096 * 576 * 1536 * n / (time.perf_counter() - start) / 1e9
+
+
+def child(dtype: str, steps: int, out: str) -> dict:
+    """Train ``steps`` demo steps in ``dtype`` in this process; return per-step part times and token counts."""
+    import torch
+
+    from sagerl.demo import LEARNING_RATE, MAX_NEW_TOKENS, PRESET, train_overrides
+    from sagerl.models import load_tokenizer, resolve_model
+    from sagerl.train.rewards import CorrectnessReward
+    from sagerl.train.run import build_dataset, build_trainer_config, resolve_config
+    from sagerl.train.trainer import SAGETrainer
+
+    overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
+    overrides.update(save_strategy="no", report_to="none")
+    resolved = resolve_config(PRESET, overrides)
+    args = build_trainer_config(resolved, out)
+    model = resolve_model(None)
+    trainer = SAGETrainer(
+        model=model,
+        reward_funcs=[CorrectnessReward()],
+        args=args,
+        train_dataset=build_dataset(resolved.settings),
+        processing_class=load_tokenizer(model),
+    )
+    times: list[dict[str, float]] = []
+    tokens: list[dict[str, int]] = []
+    current: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+
+    def timed(part_of, method):
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return method(*a, **k)
+            finally:
+                current[part_of(*a, **k)] += time.perf_counter() - start
+
+        return wrapper
+
+    trainer._generate = timed(lambda *a, **k: "sampling", trainer._generate)
+    policy = trainer.model
+
+    def logps_part(model, input_ids, *a, **k):
+        counts["forward tokens " + ("reference" if model is trainer.ref_model else "no-grad")] += int(
+            input_ids.numel()
+        )
+        return "reference forward" if model is trainer.ref_model else "other no-grad forwards"
+
+    original_logps = trainer._get_per_token_logps_and_entropies
+
+    def logps(model, input_ids, *a, **k):
+        if model is policy and torch.is_grad_enabled():  # inside compute_loss: counted there
+            counts["forward tokens policy"] += int(input_ids.numel())
+            return original_logps(model, input_ids, *a, **k)
+        return timed(logps_part, original_logps)(model, input_ids, *a, **k)
+
+    trainer._get_per_token_logps_and_entropies = logps
+    trainer.compute_loss = timed(lambda *a, **k: "policy forward + loss", trainer.compute_loss)
+    trainer.accelerator.backward = timed(lambda *a, **k: "backward", trainer.accelerator.backward)
+
+    from transformers import TrainerCallback
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            current.clear()
+            counts.clear()
+            self.start = time.perf_counter()
+
+        def on_pre_optimizer_step(self, *a, **k):
+            self.opt = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            current["optimizer"] += time.perf_counter() - self.opt
+            current["total"] = time.perf_counter() - self.start
+            times.append(dict(current))
+            tokens.append(dict(counts))
+
+    trainer.add_callback(Steps())
+    trainer.train()
+    return {
+        "times": times,
+        "tokens": tokens,
+        "peak_bf16": matmul_peak("bfloat16"),
+        "peak_fp32": matmul_peak("float32"),
+    }
+
+
+def flops(tokens: dict[str, int], completion_tokens: int, config) -> dict[str, float]:
+    """Approximate FLOPs (GFLOP) of each part from its token counts (see the module docstring)."""
+    d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    inter = config.intermediate_size
+    kv = config.num_key_value_heads * (d // config.num_attention_heads)
+    per_token = layers * (2 * d * d + 2 * d * kv + 3 * d * inter)  # q, o, k, v, MLP
+    head = d * vocab
+
+    def forward(t: int, logits: int) -> float:
+        return 2 * (per_token * t + head * logits) / 1e9
+
+    policy = forward(tokens.get("forward tokens policy", 0), completion_tokens)
+    return {
+        "reference forward": forward(tokens.get("forward tokens reference", 0), completion_tokens),
+        "other no-grad forwards": forward(tokens.get("forward tokens no-grad", 0), completion_tokens),
+        "policy forward + loss": policy,
+        "backward": 2 * policy,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
+    args = parser.parse_args()
+    if args.child:
+        result = child(args.child[0], args.steps, args.child[1])
+        with open(os.path.join(args.child[1], "profile.json"), "w") as f:
+            json.dump(result, f)
+        return
+    dtypes = args.dtypes.split(",")
+    runs: dict[str, list[dict]] = {d: [] for d in dtypes}
+    for round_index in range(args.rounds):
+        order = dtypes if round_index % 2 == 0 else dtypes[::-1]
+        for dtype in order:
+            with tempfile.TemporaryDirectory() as out:
+                subprocess.run(
+                    [sys.executable, __file__, "--steps", str(args.steps), "--child", dtype, out], check=True
+                )
+                with open(os.path.join(out, "profile.json")) as f:
+                    runs[dtype].append(json.load(f))
+    from transformers import AutoConfig
+
+    from sagerl.models import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model(None))
+    medians = {}
+    for dtype, results in runs.items():
+        steps = [s for r in results for s in r["times"][1:]]  # first step of each child: warm-up
+        toks = [t for r in results for t in r["tokens"][1:]]
+        peak = statistics.median(r["peak_bf16" if dtype == "bfloat16" else "peak_fp32"] for r in results)
+        medians[dtype] = statistics.median(s["total"] for s in steps)
+        completion = 8 * 96  # an upper bound: 8 rollouts of at most 96 tokens
+        work = flops(toks[-1], completion, config)
+        print(
+            f"\n### {dtype}: {len(steps)} steps, median step {medians[dtype]:.2f} s; matmul peak {peak:.0f} GFLOP/s"
+        )
+        print("| part | median s | share | GFLOP | GFLOP/s | of peak |")
+        print("|---|---|---|---|---|---|")
+        for part in PARTS:
+            seconds = statistics.median(s.get(part, 0.0) for s in steps)
+            g = work.get(part)
+            rate = g / seconds if g and seconds else None
+            print(
+                f"| {part} | {seconds:.2f} | {seconds / medians[dtype]:.0%} | {g if g is None else round(g, 1)} | "
+                f"{'—' if rate is None else round(rate)} | {'—' if rate is None else f'{rate / peak:.0%}'} |"
+            )
+        print(f"forward tokens per step: {toks[-1]}")
+    if len(medians) == 2 and "float32" in medians and "bfloat16" in medians:
+        print(f"\nstep time fp32 / bf16: {medians['float32'] / medians['bfloat16']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
