@@ -9,7 +9,8 @@ generation cycles after the first. Rounds alternate the order of the variants. `
 ``grpo@on-policy`` measure the unlikeliness reward where TRL computes no π_old (one extra no-grad forward per
 rollout batch).
 
-Target: every method's step time and peak RSS / GRPO's <= 1.02.
+Target: every method's step time and peak RSS / GRPO's <= 1.02 (DARLING with the lexical partition: measured
+and stated, not held to it).
 
 Usage: ``python benchmarks/exploration_overhead.py [--steps 5] [--rounds 2] [--tokens 48] [--variants a,b]``
 (about 3 minutes per variant and round on 2 idle CPU cores).
@@ -36,11 +37,35 @@ METHODS = {
     "clip-cov": {"policy_loss": "clip_cov"},
     "kl-cov": {"policy_loss": "kl_cov"},
     "entropy-adv": {"entropy_adv_alpha": 0.4},
+    # issue 23's methods (groups of 4: k = 4 -> 1 for the anneal, 2 -> 1 for the two stages)
+    "rs-grpo": {"advantage_estimator": "rs_grpo", "risk_beta": 2.0},
+    "pkpo-anneal": {
+        "advantage_estimator": "pkpo",
+        "passk_k": 4,
+        "passk_k_schedule": "linear",
+        "passk_k_end": 1,
+    },
+    "passk-two-stage": {
+        "advantage_estimator": "passk",
+        "passk_k": 2,
+        "passk_k_schedule": "step",
+        "passk_k_end": 1,
+    },
+    "passk-mix": {"advantage_estimator": "passk_mix", "passk_k": 2},
+    "darling@answer": {"advantage_estimator": "darling", "partition": "answer", "scale_rewards": "none"},
+    "darling@lexical": {"advantage_estimator": "darling", "partition": "lexical", "scale_rewards": "none"},
+    "ucb-mean": {"advantage_estimator": "ucb_mean"},
+    "ucb-con": {"advantage_estimator": "ucb_con"},
+    "outcome-batch": {"advantage_estimator": "outcome_batch"},
     "grpo@on-policy": {},
     "unlikely@on-policy": {"advantage_estimator": "unlikely"},
 }
-"""Variant -> SAGEConfig fields (groups of 4 rollouts here, so k = 2)."""
+"""Variant -> SAGEConfig fields (groups of 4 rollouts here, so k = 2). ``darling@lexical``'s extra cost, the
+n(n − 1)/2 n-gram Jaccard comparisons per group, is the one issue 23 asks to measure and state rather than hold
+to the target; ``darling@strategy`` (the planted oracle) needs the planted task and is not benchmarked here."""
 TARGET = 1.02
+EXEMPT = ("darling@lexical",)
+"""Variants measured and reported but not held to :data:`TARGET`."""
 
 
 def _run(variant: str, steps: int, tokens: int, model: str | None) -> dict:
@@ -105,7 +130,7 @@ def main() -> None:
             print(f"{variant:18s} {step(variant):9.3f} {'':>7s} {peak(variant):15.0f}")
             continue
         time_ratio, rss_ratio = step(variant) / step(base), peak(variant) / peak(base)
-        if variant != base:
+        if variant != base and variant not in EXEMPT:
             worst = max(worst, time_ratio, rss_ratio)
         print(f"{variant:18s} {step(variant):9.3f} {time_ratio:7.3f} {peak(variant):15.0f} {rss_ratio:7.3f}")
     print(

@@ -68,6 +68,8 @@ def study_command(
         console.print(render_terminal(data))  # fits the terminal; table.md has the same, as markdown
         if (folder / "paired.md").is_file():
             typer.echo((folder / "paired.md").read_text(encoding="utf-8"))
+        if (folder / "frontier.md").is_file():
+            typer.echo((folder / "frontier.md").read_text(encoding="utf-8"))
         typer.echo(f"{finished_summary(study, folder)}; every column: {folder / 'table.md'}")
         statuses = [read_cell_status(folder, cell) for cell in study.cells]
         failed += sum(1 for status in statuses if status is not None and status.get("status") != "ok")

@@ -1,13 +1,16 @@
 """Registry: every variant of the objective by name, so that a trainer picks them from its config.
 
 ``GUIDES``, ``ADVANTAGES``, ``DIVERGENCES``, ``LOSS_AGG_MODES`` and ``SCHEDULES`` list the names;
-:func:`compute_guide` and :func:`compute_advantages` dispatch on them; :func:`get` returns the callable.
+:func:`compute_guide` and :func:`compute_advantages` dispatch on them; :func:`get` returns the callable. Each
+advantage estimator is registered once, in :data:`ESTIMATORS` (its function, the parameters it reads, whether
+it needs 0/1 rewards, and the per-completion inputs beyond the rewards an engine must give it); the name lists
+are read off that table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,27 +19,91 @@ from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number
 from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
+from sagerl.objective.mixture import passk_mix_advantages
+from sagerl.objective.outcome_exploration import outcome_advantages
+from sagerl.objective.partition_diversity import darling_advantages
 from sagerl.objective.passk_advantages import passk_advantages, pkpo_advantages
+from sagerl.objective.risk_seeking import rs_grpo_advantages
 from sagerl.objective.schedules import SCHEDULES, make_schedule
 from sagerl.objective.signed_advantages import w_reinforce_advantages
 from sagerl.objective.unlikeliness import unlikeliness_advantages
 
 GUIDES = ("none", "branch", "token", "random", "branch_token", "teacher")
-ADVANTAGES = ("grpo", "dr_grpo", "bnpo", "passk", "pkpo", "w_reinforce", "psr", "nsr", "unlikely")
-ADVANTAGE_PARAMS: dict[str, tuple[str, ...]] = {
-    "grpo": ("scale",),
-    "dr_grpo": (),
-    "bnpo": (),
-    "passk": ("k",),
-    "pkpo": ("k", "baseline"),
-    "w_reinforce": ("lam",),
-    "psr": (),
-    "nsr": (),
-    "unlikely": ("sequence_logp", "beta_rank", "drop_equal_groups", "scale"),
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator of :func:`compute_advantages`."""
+
+    function: Callable[..., torch.Tensor]
+    """``function(rewards, group_size, **params) -> (N,) advantages``."""
+    params: tuple[str, ...] = ()
+    """The keyword parameters it reads (others are ignored)."""
+    required: tuple[str, ...] = ()
+    """Those of ``params`` without a default."""
+    binary: bool = False
+    """Defined on 0/1 rewards only (refuses others)."""
+    inputs: tuple[str, ...] = ()
+    """Per-completion inputs beyond the rewards that an engine must compute and pass (a subset of ``params``):
+    ``sequence_logp`` (mean log π_old per token), ``clusters`` (the group's partition), ``answers`` (final-answer
+    cluster ids), ``counts`` (N(x, a) across steps)."""
+    fixed: dict = field(default_factory=dict)
+    """Keyword arguments always passed (a shared function's variant)."""
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(grpo_advantages, ("scale",)),
+    "dr_grpo": Estimator(dr_grpo_advantages),
+    "bnpo": Estimator(bnpo_advantages),
+    "passk": Estimator(passk_advantages, ("k",), ("k",), binary=True),
+    "pkpo": Estimator(pkpo_advantages, ("k", "baseline"), ("k",)),
+    "w_reinforce": Estimator(w_reinforce_advantages, ("lam",), binary=True, fixed={"kind": "w_reinforce"}),
+    "psr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "psr"}),
+    "nsr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "nsr"}),
+    "unlikely": Estimator(
+        unlikeliness_advantages,
+        ("sequence_logp", "beta_rank", "drop_equal_groups", "scale"),
+        ("sequence_logp",),
+        inputs=("sequence_logp",),
+    ),
+    "rs_grpo": Estimator(rs_grpo_advantages, ("risk_beta",)),
+    "passk_mix": Estimator(passk_mix_advantages, ("k", "mix_weight"), ("k",), binary=True),
+    "darling": Estimator(
+        darling_advantages, ("clusters", "floor", "scale"), ("clusters",), inputs=("clusters",)
+    ),
+    "ucb_mean": Estimator(
+        outcome_advantages,
+        ("answers", "counts", "coef", "scale"),
+        ("answers", "counts"),
+        binary=True,
+        inputs=("answers", "counts"),
+        fixed={"kind": "ucb_mean"},
+    ),
+    "ucb_con": Estimator(
+        outcome_advantages,
+        ("answers", "counts", "coef", "b0", "scale"),
+        ("answers", "counts"),
+        binary=True,
+        inputs=("answers", "counts"),
+        fixed={"kind": "ucb_con"},
+    ),
+    "outcome_batch": Estimator(
+        outcome_advantages,
+        ("answers", "coef", "scale"),
+        ("answers",),
+        binary=True,
+        inputs=("answers",),
+        fixed={"kind": "outcome_batch"},
+    ),
 }
+"""Every advantage estimator, registered once."""
+ADVANTAGES = tuple(ESTIMATORS)
+ADVANTAGE_PARAMS: dict[str, tuple[str, ...]] = {name: e.params for name, e in ESTIMATORS.items()}
 """The keyword parameters each estimator of :func:`compute_advantages` reads (others are ignored)."""
-BINARY_ADVANTAGES = ("passk", "w_reinforce", "psr", "nsr")
+BINARY_ADVANTAGES = tuple(name for name, e in ESTIMATORS.items() if e.binary)
 """Estimators defined on binary (0/1) rewards only; they refuse other rewards."""
+ADVANTAGE_INPUTS: dict[str, tuple[str, ...]] = {name: e.inputs for name, e in ESTIMATORS.items()}
+"""Per-completion inputs beyond the rewards each estimator needs from its engine (see :class:`Estimator`)."""
 
 _REGISTRY: dict[str, dict[str, Callable]] = {
     "guide": {
@@ -46,17 +113,7 @@ _REGISTRY: dict[str, dict[str, Callable]] = {
         "branch_token": _guides.branch_token_guide,
         "teacher": _guides.teacher_guide,
     },
-    "advantage": {
-        "grpo": grpo_advantages,
-        "dr_grpo": dr_grpo_advantages,
-        "bnpo": bnpo_advantages,
-        "passk": passk_advantages,
-        "pkpo": pkpo_advantages,
-        "w_reinforce": w_reinforce_advantages,
-        "psr": w_reinforce_advantages,
-        "nsr": w_reinforce_advantages,
-        "unlikely": unlikeliness_advantages,
-    },
+    "advantage": {name: e.function for name, e in ESTIMATORS.items()},
     "divergence": {"reverse": shaped_kl, "forward": forward_kl},
     "aggregation": {mode: aggregate_loss for mode in LOSS_AGG_MODES},
     "schedule": {kind: make_schedule for kind in SCHEDULES},
@@ -248,24 +305,27 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **para
     - ``"passk"`` (``k``) and ``"pkpo"`` (``k``, ``baseline``): :mod:`sagerl.objective.passk_advantages`;
     - ``"w_reinforce"`` (``lam``, default 0.1), ``"psr"``, ``"nsr"``: :mod:`sagerl.objective.signed_advantages`;
     - ``"unlikely"`` (``sequence_logp``: (N,) mean log π_old per token; ``beta_rank``, default 0.25):
-      :mod:`sagerl.objective.unlikeliness`.
+      :mod:`sagerl.objective.unlikeliness`;
+    - ``"rs_grpo"`` (``risk_beta``, default 2): :mod:`sagerl.objective.risk_seeking`;
+    - ``"passk_mix"`` (``k``; ``mix_weight``, None: per group): :mod:`sagerl.objective.mixture`;
+    - ``"darling"`` (``clusters``: (N,) cluster ids of the group's partition; ``floor``, ``scale``):
+      :mod:`sagerl.objective.partition_diversity`;
+    - ``"ucb_mean"``, ``"ucb_con"`` (``answers``: (N,) final-answer cluster ids; ``counts``: (N,) N(x, a);
+      ``coef``, ``b0``) and ``"outcome_batch"`` (``answers``, ``coef``): :mod:`sagerl.objective.outcome_exploration`.
 
     Parameters an estimator does not read (:data:`ADVANTAGE_PARAMS`) are ignored, so an engine can pass
     its whole configuration; ``None`` values mean "the estimator's default".
 
     Raises:
-        ValueError: unknown name, a missing required parameter (``k``, ``sequence_logp``), and whatever the
-            estimator raises (bad k, λ ≤ 0, β_rank outside [0, 1], rewards other than 0/1 for the binary
-            estimators).
+        ValueError: unknown name, a missing required parameter (``k``, ``sequence_logp``, ``clusters``,
+            ``answers``, ``counts``), and whatever the estimator raises (bad k, λ ≤ 0, β_rank outside [0, 1],
+            β_r ≤ 0, w outside [0, 1], rewards other than 0/1 for the binary estimators).
     """
-    if name not in ADVANTAGE_PARAMS:
+    if name not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; expected one of {ADVANTAGES}")
-    given = {
-        key: value for key, value in params.items() if key in ADVANTAGE_PARAMS[name] and value is not None
-    }
-    for required in {"passk": ("k",), "pkpo": ("k",), "unlikely": ("sequence_logp",)}.get(name, ()):
+    estimator = ESTIMATORS[name]
+    given = {key: value for key, value in params.items() if key in estimator.params and value is not None}
+    for required in estimator.required:
         if required not in given:
             raise ValueError(f"the {name} advantage estimator needs {required}")
-    if name in ("w_reinforce", "psr", "nsr"):
-        given["kind"] = name
-    return _REGISTRY["advantage"][name](rewards, group_size, **given)
+    return estimator.function(rewards, group_size, **given, **estimator.fixed)

@@ -3,7 +3,9 @@
 - :mod:`sagerl.study.spec`: the study file (:func:`load_study`, :class:`Study`, :class:`Cell`).
 - :mod:`sagerl.study.folders`: the study folder's layout, each cell's status file.
 - :mod:`sagerl.study.runner`: running cells, resumable, failures recorded (:func:`run_study`).
+- :mod:`sagerl.study.statistics`: t intervals, the pooled interval over builds, paired differences.
 - :mod:`sagerl.study.table`: mean and 95% CI over seeds of every metric, ``table.md`` and plots.
+- :mod:`sagerl.study.frontier`: the Pareto frontier of two metrics, ``frontier.md`` and ``pareto.png``.
 """
 
 from sagerl.study.runner import (
@@ -14,7 +16,8 @@ from sagerl.study.runner import (
     study_folder,
 )
 from sagerl.study.spec import Cell, Study, load_study, parse_study
-from sagerl.study.table import collect, t_interval, write_study_table
+from sagerl.study.statistics import t_interval
+from sagerl.study.table import collect, write_study_table
 
 __all__ = [
     "Cell",

@@ -36,6 +36,9 @@ Layout (YAML)::
                                        # factor of the study (every cell x build x seed; the build's
                                        # reference, and its teacher for planted-teacher)
     threads: 1                         # torch threads of every run (default 1), whatever --jobs is
+    pareto:                            # optional: two metrics, both maximised: frontier.md and pareto.png
+      x: solved/planted_rare           # (sagerl.study.frontier: dominance on paired differences)
+      y: pass@1/planted_common
 
 :func:`load_study` checks everything a cell needs before any training starts: unknown top-level or
 section keys, unknown presets, unknown or ill-typed ``set`` keys and values the ``SAGEConfig`` refuses
@@ -79,9 +82,11 @@ TOP_KEYS = {
     "paired",
     "builds",
     "threads",
+    "pareto",
 }
 SETTING_KEYS = {"name", "model", "train", "eval", "seeds", "builds"}
 PAIRED_KEYS = {"baseline", "metrics"}
+PARETO_KEYS = {"x", "y"}
 TRAIN_KEYS = {"dataset", "steps", "set"}
 EVAL_KEYS = {
     "datasets",
@@ -188,6 +193,8 @@ class Study:
     """The reference builds the cells run on (``None``: the model as named)."""
     threads: int = 1
     """Torch threads of every run (:mod:`sagerl.determinism`)."""
+    pareto: dict[str, str] | None = None
+    """``{"x": metric, "y": metric}``: the two axes of the study's Pareto frontier (:mod:`sagerl.study.frontier`)."""
 
     def model_of(self, build: str | None) -> str | None:
         """The study's model on ``build`` (the model itself without builds)."""
@@ -421,7 +428,32 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     paired = _paired(data.get("paired"), [c.name for c in cells], source)
     study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
     study.builds, study.threads = builds, threads
+    study.pareto = _pareto(data.get("pareto"), source)
     return study
+
+
+def _pareto(value: Any, source: str) -> dict[str, str] | None:
+    """The study's two frontier axes, or None.
+
+    Raises:
+        ConfigError: not a mapping of exactly ``x`` and ``y`` to two different metric keys (``name/dataset`` or a
+            training metric such as ``kl/reference``).
+    """
+    if value is None:
+        return None
+    value = _mapping(value, f"{source}: pareto")
+    _unknown(set(value), PARETO_KEYS, f"{source}: pareto")
+    axes = {}
+    for axis in ("x", "y"):
+        metric = value.get(axis)
+        if not isinstance(metric, str) or not metric.strip():
+            raise ConfigError(
+                f"{source}: pareto.{axis} must name a metric of the table (e.g. solved/planted_rare), got {metric!r}"
+            )
+        axes[axis] = metric.strip()
+    if axes["x"] == axes["y"]:
+        raise ConfigError(f"{source}: pareto.x and pareto.y name the same metric {axes['x']!r}")
+    return axes
 
 
 def _builds(value: Any, model: str | None, where: str) -> list[str] | None:

@@ -40,32 +40,20 @@ import numpy as np
 
 from sagerl.atomic_files import atomic_write_text
 from sagerl.study.folders import read_cell_status, reference_folder
+from sagerl.study.frontier import pareto_frontier, plot_pareto, render_frontier
 from sagerl.study.spec import Study, safe_name
+from sagerl.study.statistics import (
+    PROBABILITIES,
+    build_of,
+    paired_differences,
+    pooled_interval,
+    t_interval,  # noqa: F401  (here since the table's first version; sagerl.study.statistics owns it)
+)
+from sagerl.study.statistics import format_estimate as _fmt
+from sagerl.study.statistics import metric_format as _metric_format
+from sagerl.study.statistics import run_order as _run_order
 
 LAST_STEPS = 5
-PROBABILITIES = ("pass@", "strategy/", "strategy_correct/")
-"""Metrics that are probabilities (their intervals are cut to [0, 1]; every other metric is >= 0)."""
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)
-"""Student t 0.975 quantiles for 1..14 degrees of freedom (1.96 beyond)."""
-
-
-def t_interval(
-    values: Sequence[float], low: float = -math.inf, high: float = math.inf
-) -> tuple[float, float, float]:
-    """(mean, lower, upper): Student's t 95% interval of the mean, cut to the metric's range [low, high];
-    lower = upper = mean for one value.
-
-    NaN values are left out; all-NaN gives NaNs.
-    """
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if x.size == 0:
-        return (math.nan, math.nan, math.nan)
-    mean = float(x.mean())
-    if x.size == 1:
-        return (mean, mean, mean)
-    t = _T975[x.size - 2] if x.size - 2 < len(_T975) else 1.96
-    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return (mean, max(low, mean - half), min(high, mean + half))
 
 
 def _training_tail(train_dir: Path) -> dict[str, float]:
@@ -117,33 +105,6 @@ def eval_metrics(eval_dir: Path, reference: Any | None) -> dict[str, float]:
             metrics[f"{prefix}/{label}"] = value["share"]
     metrics["_classifier"] = shares["classifier"]  # type: ignore[assignment]
     return metrics
-
-
-def build_of(run_key: str) -> str | None:
-    """The build of a run key (``"b2/3"`` -> ``"b2"``; ``"3"`` -> None)."""
-    return run_key.split("/", 1)[0] if "/" in run_key else None
-
-
-def _run_order(run_key: str) -> tuple[str, int]:
-    build, _, seed = run_key.rpartition("/")
-    return (build, int(seed))
-
-
-def pooled_interval(
-    values: Mapping[str, float], low: float = -math.inf, high: float = math.inf
-) -> tuple[float, float, float]:
-    """(mean, lower, upper) of per-run values keyed by run key (``"3"``, or ``"b2/3"`` on a build).
-
-    One build (or none): :func:`t_interval` over the runs. Several: each build's mean over its runs, then
-    :func:`t_interval` over the build means (the module docstring says why). NaN values are left out.
-    """
-    groups: dict[str | None, list[float]] = {}
-    for key, value in values.items():
-        if value is not None and not math.isnan(value):
-            groups.setdefault(build_of(key), []).append(value)
-    if len(groups) <= 1:
-        return t_interval([v for vs in groups.values() for v in vs], low, high)
-    return t_interval([float(np.mean(vs)) for vs in groups.values()], low, high)
 
 
 def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -227,42 +188,6 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
     return data
 
 
-def paired_differences(cells: Mapping[str, Any], paired: Mapping[str, Any]) -> dict[str, Any]:
-    """Per cell and metric, the difference to the baseline cell on the same run (seed, or build and seed):
-    mean and 95% CI over the runs both finished, pooled as :func:`pooled_interval` (``{"baseline",
-    "metrics", "cells": {cell: {metric: {"mean", "ci", "values", "seeds"}}}}``; ``seeds`` lists the run keys,
-    as integers without builds). Seed s of every cell starts from the same data order and the same first
-    sampling (on the same build), so the per-run difference removes what the runs share."""
-    baseline = cells.get(paired["baseline"], {}).get("per_seed", {})
-    out: dict[str, Any] = {"baseline": paired["baseline"], "metrics": list(paired["metrics"]), "cells": {}}
-    for name, entry in cells.items():
-        rows = {}
-        for metric in paired["metrics"]:
-            runs = sorted(
-                (
-                    r
-                    for r in entry["per_seed"]
-                    if r in baseline and metric in entry["per_seed"][r] and metric in baseline[r]
-                ),
-                key=_run_order,
-            )
-            diffs = {r: entry["per_seed"][r][metric] - baseline[r][metric] for r in runs}
-            mean, lo, hi = pooled_interval(diffs)
-            keys = [int(r) if build_of(r) is None else r for r in runs]
-            rows[metric] = {"mean": mean, "ci": [lo, hi], "values": list(diffs.values()), "seeds": keys}
-        out["cells"][name] = rows
-    return out
-
-
-def _metric_format(key: str) -> tuple[bool, int]:
-    """(shown as percent, digits) of a metric key."""
-    if key.startswith(PROBABILITIES):
-        return True, 1
-    if key in ("kl/reference", "entropy"):
-        return False, 3
-    return False, 1
-
-
 def render_paired(data: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> str:
     """``paired.md``: per cell, each paired metric's mean [95% CI] and its difference Δ to the baseline
     [95% CI of the per-seed differences]; rows sorted by the first metric's Δ, the baseline first.
@@ -313,19 +238,6 @@ def _runs_label(per_run: Mapping[str, Any]) -> str:
         return str(len(per_run))
     low, high = min(builds.values()), max(builds.values())
     return f"{len(builds)}×{low}" if low == high else f"{len(builds)}×{low}-{high}"
-
-
-def _fmt(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int = 1) -> str:
-    if summary is None or key not in summary:
-        return "—"
-    s = summary[key]
-    scale = 100.0 if percent else 1.0
-    mean, (lo, hi) = s["mean"] * scale, (s["ci"][0] * scale, s["ci"][1] * scale)
-    if math.isnan(mean):
-        return "—"
-    if lo == hi:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def _strategy_labels(data: Mapping[str, Any]) -> list[str]:
@@ -575,10 +487,13 @@ def render_by_build(data: Mapping[str, Any], render) -> str:
 
 def write_study_table(study: Study, out: Path) -> dict[str, Any]:
     """Collect, then write ``study.json``, ``table.md`` (and ``paired.md``, ``paired-vs-NAME.md``, with builds
-    ``table-by-build.md`` and ``paired-by-build.md``), ``passk.png`` and ``strategies.png``; returns the data."""
+    ``table-by-build.md`` and ``paired-by-build.md``, with ``pareto`` ``frontier.md`` and ``pareto.png``),
+    ``passk.png`` and ``strategies.png``; returns the data."""
     from sagerl.analysis.output import jsonable
 
     data = collect(study, out)
+    if study.pareto is not None:
+        data["pareto"] = pareto_frontier(data["cells"], study.pareto["x"], study.pareto["y"])
     atomic_write_text(out / "study.json", json.dumps(jsonable(data), indent=2) + "\n")
     atomic_write_text(out / "table.md", render_markdown(data))
     if "paired" in data:
@@ -589,6 +504,10 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
         atomic_write_text(out / "table-by-build.md", render_by_build(data, render_markdown))
         if "paired" in data:
             atomic_write_text(out / "paired-by-build.md", render_by_build(data, render_paired))
+    if study.pareto is not None:
+        atomic_write_text(out / "frontier.md", render_frontier(data["pareto"]))
+        if data["pareto"]["cells"]:
+            plot_pareto(data["pareto"], out / "pareto.png", data.get("reference"))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
         plot_strategies(data, out / "strategies.png")

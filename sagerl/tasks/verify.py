@@ -8,9 +8,11 @@ under its grading kind. Training rewards and evaluation both grade through :func
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from sagerl.grading import grade
+from sagerl.grading import extract_answer, grade, kk_extract
 from sagerl.tasks import planted
 
 TASK_VERIFIERS: dict[str, Callable[[str, str], tuple[str | None, bool]]] = {"planted": planted.verify}
@@ -35,3 +37,39 @@ def grade_completion(
             raise ValueError(f"grading kind {kind!r} needs the problem text")
         return TASK_VERIFIERS[kind](problem, completion)
     return grade(completion, answer, kind, fallback_to_last_number=fallback_to_last_number)
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def answer_normal_form(answer: str | None) -> str | None:
+    """The normal form two final answers are compared in: white space removed, then surrounding ``$`` signs;
+    None (no answer) for None or an empty answer. ``"x = 3"`` and ``"x=3"`` are one answer; ``"1/2"`` and
+    ``"0.5"`` are two (no math-verify: the outcome-based methods count answers at every rollout)."""
+    if answer is None:
+        return None
+    text = _SPACE.sub("", answer).strip("$")
+    return text or None
+
+
+def final_answer(
+    completion: str, row: Mapping[str, Any] | None = None, *, fallback_to_last_number: bool = False
+) -> str | None:
+    """The final answer of a completion in its normal form (:func:`answer_normal_form`), as the grader of the
+    row's kind reads it, without grading it: a task verifier's reading (the planted task's boxed digit), the
+    Knights-and-Knaves roles, or the final box (the last number with ``fallback_to_last_number``). None: no
+    answer.
+
+    Args:
+        completion: the completion's text. row: its training row (``kind``, ``answer``, ``problem``; a row
+            without ``kind`` is math).
+    """
+    row = row or {}
+    kind = row.get("kind") or "math"
+    if kind in TASK_VERIFIERS and row.get("problem") is not None:
+        answer = TASK_VERIFIERS[kind](row["problem"], completion)[0]
+    elif kind == "kk" and row.get("answer"):
+        answer = kk_extract(completion, row["answer"])
+    else:
+        answer = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
+    return answer_normal_form(answer)

@@ -29,9 +29,16 @@ from sagerl.objective import (
 )
 from sagerl.objective.covariance import CLIP_COV_DEFAULTS, KL_COV_DEFAULTS
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.partition_diversity import PARTITIONS
 from sagerl.objective.passk_advantages import PKPO_BASELINES
 from sagerl.objective.policy_loss import POLICY_LOSSES
-from sagerl.objective.registry import BINARY_ADVANTAGES, CONFIG_FIELDS, GUIDE_PARAM_RANGES
+from sagerl.objective.registry import (
+    ADVANTAGE_INPUTS,
+    ADVANTAGE_PARAMS,
+    BINARY_ADVANTAGES,
+    CONFIG_FIELDS,
+    GUIDE_PARAM_RANGES,
+)
 from sagerl.objective.schedules import SCHEDULES
 
 # TRL loss types the adapter reproduces, and the aggregation each one means.
@@ -49,6 +56,11 @@ LOSS_TYPE_TO_AGG_MODE = {
 # clipped surrogate ("clip", or "gspo" with importance_sampling_level="sequence").
 LOSS_TYPE_TO_POLICY_LOSS = {"cispo": "cispo", "sapo": "sapo", "vespo": "vespo"}
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
+PASSK_ESTIMATORS = tuple(name for name, params in ADVANTAGE_PARAMS.items() if "k" in params)
+"""The advantage estimators that read ``passk_k`` (and so follow ``passk_k_schedule``)."""
+TEXT_INPUTS = ("clusters", "answers", "counts")
+"""Estimator inputs the trainer reads off the completions' text (:data:`sagerl.objective.ADVANTAGE_INPUTS`)."""
+
 
 _COUNT = Range(1, integer=True)
 _COUNT0 = Range(0, integer=True)
@@ -152,6 +164,14 @@ NUMERIC_RANGES: dict[str, Range] = {
     "kl_cov_coef": _NONNEG,
     "entropy_adv_alpha": _NONNEG,  # 0: off
     "entropy_adv_kappa": Range(1.0, low_open=True),
+    "risk_beta": _POS,  # RS-GRPO's β_r
+    "passk_k_end": _COUNT,  # and <= num_generations, with passk_k, at every step of a schedule
+    "passk_k_switch": Range(0.0, 1.0, low_open=True),  # a share of max_steps
+    "passk_mix_weight": _UNIT,  # None: per group
+    "partition_ngram": _COUNT,
+    "partition_threshold": Range(0.0, 1.0, high_open=True),  # a Jaccard similarity that can be exceeded
+    "outcome_coef": _NONNEG,
+    "outcome_b0": _UNIT,
     "overlong_buffer_len": _NONNEG,  # tokens if >= 1, a share of max_completion_length if < 1; 0: off
     "overlong_penalty_factor": _NONNEG,
 }
@@ -225,12 +245,14 @@ class SAGEConfig(GRPOConfig):
     guide_schedule: str = field(
         default="constant",
         metadata={
-            "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}."
+            "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}, its "
+            "multiplier from 1 to guide_schedule_min (step: at half of max_steps)."
         },
     )
     guide_schedule_restarts: int = field(default=0, metadata={"help": "Cosine schedule: number of restarts."})
     guide_schedule_min: float = field(
-        default=0.0, metadata={"help": "Cosine schedule: lower bound of the strength."}
+        default=0.0,
+        metadata={"help": "The guide strength's multiplier at the end (cosine: the bottom of each cycle)."},
     )
     divergence: str = field(
         default="reverse",
@@ -275,7 +297,38 @@ class SAGEConfig(GRPOConfig):
         },
     )
     passk_k: int = field(
-        default=4, metadata={"help": "k of the passk and pkpo advantages (1 <= k <= num_generations)."}
+        default=4,
+        metadata={
+            "help": "k of the passk, pkpo and passk_mix advantages (1 <= k <= num_generations); with a "
+            "passk_k_schedule, k at the first optimizer step."
+        },
+    )
+    passk_k_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": f"How k moves over the optimizer steps, from passk_k to passk_k_end: one of {SCHEDULES} "
+            "(step: at passk_k_switch of max_steps). k is rounded to an integer at each rollout."
+        },
+    )
+    passk_k_end: int | None = field(
+        default=None,
+        metadata={
+            "help": "k at the last optimizer step of a passk_k_schedule other than constant "
+            "(1 <= k <= num_generations)."
+        },
+    )
+    passk_k_switch: float = field(
+        default=0.5,
+        metadata={
+            "help": "passk_k_schedule='step': the share of max_steps, in (0, 1], from which k is passk_k_end."
+        },
+    )
+    passk_mix_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "passk_mix: the weight w in [0, 1] of Pass@k Training's advantage in (1 - w)·A_GRPO + w·A_pass@k; "
+            "None: per group, w = 1 - the group's success rate."
+        },
     )
     pkpo_baseline: str = field(
         default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
@@ -294,6 +347,43 @@ class SAGEConfig(GRPOConfig):
     )
     unlikeliness_beta: float = field(
         default=0.25, metadata={"help": "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25)."}
+    )
+    risk_beta: float = field(
+        default=2.0,
+        metadata={
+            "help": "RS-GRPO's risk-seeking β_r, a finite number > 0 (the authors' 2): "
+            "A = (exp(β_r(r - b)) - 1)/β_r, b = (1/β_r)·log mean exp(β_r·r)."
+        },
+    )
+    partition: str = field(
+        default="answer",
+        metadata={
+            "help": f"darling: the equivalence that partitions a group, one of {PARTITIONS}: equal final answers, "
+            "token n-gram Jaccard above partition_threshold, or the planted task's strategy label (an oracle)."
+        },
+    )
+    partition_ngram: int = field(
+        default=2, metadata={"help": "darling, partition='lexical': the n of the token n-grams (>= 1)."}
+    )
+    partition_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "darling, partition='lexical': completions whose n-gram Jaccard similarity exceeds this, in "
+            "[0, 1), are equivalent."
+        },
+    )
+    outcome_coef: float = field(
+        default=1.0,
+        metadata={
+            "help": "ucb_mean, ucb_con, outcome_batch: the weight c >= 0 of the exploration term added to GRPO's "
+            "advantage."
+        },
+    )
+    outcome_b0: float = field(
+        default=0.5,
+        metadata={
+            "help": "ucb_con: the constant baseline b0 in [0, 1] subtracted from the bonus min(1, 1/√N)."
+        },
     )
     clip_cov_ratio: float = field(
         default=CLIP_COV_DEFAULTS["clip_cov_ratio"],
@@ -352,6 +442,8 @@ class SAGEConfig(GRPOConfig):
             "kl_estimator": KL_ESTIMATORS,
             "kl_placement": KL_PLACEMENTS,
             "pkpo_baseline": PKPO_BASELINES,
+            "passk_k_schedule": SCHEDULES,
+            "partition": PARTITIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -431,11 +523,21 @@ class SAGEConfig(GRPOConfig):
         fields are :data:`NUMERIC_RANGES`)."""
         estimator = self.resolved_advantage_estimator
         group = self.num_generations
-        if estimator in ("passk", "pkpo"):
-            check_number("passk_k", self.passk_k, Range(1, group, integer=True), ConfigError)
-        if estimator == "pkpo" and self.pkpo_baseline == "loo" and self.passk_k > group - 1:
+        if estimator in PASSK_ESTIMATORS:
+            self._check_passk_k_schedule(group)
+        elif self.passk_k_schedule != "constant":
             raise ConfigError(
-                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1} (got {self.passk_k})"
+                f"passk_k_schedule={self.passk_k_schedule!r} schedules the k of {', '.join(PASSK_ESTIMATORS)}; "
+                f"advantage_estimator={estimator!r} reads no k"
+            )
+        if (
+            set(ADVANTAGE_INPUTS[estimator]) & set(TEXT_INPUTS)
+            and self.dynamic_sampling
+            and self.max_num_gen_batches != 1
+        ):
+            raise ConfigError(
+                f"advantage_estimator={estimator!r} reads the completions' text, which DAPO's refill does not keep "
+                "across rounds: set max_num_gen_batches=1 (drop equal-reward groups without refill)"
             )
         if self.signed_samples_only and estimator not in ("psr", "nsr"):
             raise ConfigError(
@@ -471,14 +573,54 @@ class SAGEConfig(GRPOConfig):
                 "groups without refill)"
             )
 
+    def _check_passk_k_schedule(self, group: int) -> None:
+        """k stays an integer in 1..num_generations (and <= num_generations - 1 for PKPO's loo baseline) at every
+        optimizer step: a schedule moves between its two end points, so both are checked (their single-field
+        ranges, and ``passk_k_switch``'s, are :data:`NUMERIC_RANGES`)."""
+        allowed = Range(1, group, integer=True)
+        if self.passk_k_schedule == "constant":
+            check_number("passk_k", self.passk_k, allowed, ConfigError)
+            if self.passk_k_end is not None and self.passk_k_end != self.passk_k:
+                raise ConfigError(
+                    f"passk_k_end={self.passk_k_end!r} is read by a passk_k_schedule other than 'constant': set "
+                    "passk_k_schedule (linear, cosine or step) or leave passk_k_end unset"
+                )
+            ends = [self.passk_k]
+        else:
+            if self.passk_k_end is None:
+                raise ConfigError(
+                    f"passk_k_schedule={self.passk_k_schedule!r} needs passk_k_end (k at the last optimizer step)"
+                )
+            for name in ("passk_k", "passk_k_end"):
+                if getattr(self, name) not in allowed:
+                    raise ConfigError(
+                        f"{name}={getattr(self, name)!r} must be {allowed} (num_generations={group}): k stays in "
+                        f"it at every step of passk_k_schedule={self.passk_k_schedule!r}"
+                    )
+            ends = [self.passk_k, self.passk_k_end]
+        scheduled = " at every step of the schedule" if len(ends) > 1 else ""
+        if (
+            self.resolved_advantage_estimator == "pkpo"
+            and self.pkpo_baseline == "loo"
+            and max(ends) > group - 1
+        ):
+            raise ConfigError(
+                f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (got {max(ends)})"
+            )
+
     @property
     def advantage_params(self) -> dict:
-        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set."""
+        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set (``k`` is
+        ``passk_k``, the first step's k of a schedule; the trainer passes the scheduled one)."""
         return {
             "k": self.passk_k,
             "baseline": self.pkpo_baseline,
             "lam": self.w_reinforce_lambda,
             "beta_rank": self.unlikeliness_beta,
+            "risk_beta": self.risk_beta,
+            "mix_weight": self.passk_mix_weight,
+            "coef": self.outcome_coef,
+            "b0": self.outcome_b0,
         }
 
     @property

@@ -53,6 +53,14 @@ def list_presets() -> dict[str, str]:
         "clip-cov",
         "kl-cov",
         "entropy-adv",
+        "rs-grpo",
+        "pkpo-anneal",
+        "passk-two-stage",
+        "passk-mix",
+        "darling",
+        "ucb-mean",
+        "ucb-con",
+        "outcome-batch",
     ]
     names.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
     return {n: _read(n).get("description", "") for n in names}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sagerl.grading import extract_boxed
 from sagerl.tasks import grade_completion
+from sagerl.tasks.verify import final_answer
 
 
 def completion_text(completion) -> str:
@@ -54,3 +55,14 @@ class FormatReward:
 
     def __call__(self, completions, **kwargs) -> list[float]:
         return [float(extract_boxed(completion_text(c)) is not None) for c in completions]
+
+
+class AnswerReader:
+    """A completion's final answer in its normal form, read as :class:`CorrectnessReward` grades it (the same
+    ``fallback_to_last_number``): the ``final_answer`` of :class:`sagerl.train.SAGETrainer` in ``sagerl train``."""
+
+    def __init__(self, fallback_to_last_number: bool = False) -> None:
+        self.fallback_to_last_number = fallback_to_last_number
+
+    def __call__(self, text: str, row: dict) -> str | None:
+        return final_answer(text, row, fallback_to_last_number=self.fallback_to_last_number)

@@ -273,16 +273,25 @@ def build_trainer_config(resolved: ResolvedConfig, output_dir: Path):
     """The :class:`SAGEConfig` of a resolved config.
 
     Raises:
-        ConfigError: TRL or sagerl rejects the combination (one line, TRL's reason).
+        ConfigError: TRL or sagerl rejects the combination (one line, TRL's reason); a binary method
+            (:data:`sagerl.objective.BINARY_ADVANTAGES`) with a format reward, which makes rewards other than 0/1.
     """
+    from sagerl.objective import BINARY_ADVANTAGES
     from sagerl.train.config import SAGEConfig
 
     try:
-        return SAGEConfig(output_dir=str(output_dir), **resolved.trainer)
+        args = SAGEConfig(output_dir=str(output_dir), **resolved.trainer)
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"invalid trainer config: {first_line(exc)}") from exc
+    estimator, weight = args.resolved_advantage_estimator, resolved.settings.format_reward_weight
+    if estimator in BINARY_ADVANTAGES and weight:
+        raise ConfigError(
+            f"advantage_estimator={estimator!r} needs binary rewards (0 or 1 per completion); "
+            f"format_reward_weight={weight} adds a format reward to them: set format_reward_weight=0"
+        )
+    return args
 
 
 def build_dataset(settings: RunSettings):
@@ -435,7 +444,7 @@ def train(
     args = build_trainer_config(resolved, out)
     model_path = validate_model(resolved.settings.model)
     from sagerl.models import load_tokenizer
-    from sagerl.train.rewards import CorrectnessReward, FormatReward
+    from sagerl.train.rewards import AnswerReader, CorrectnessReward, FormatReward
 
     tokenizer = load_tokenizer(model_path)
     dataset = build_dataset(resolved.settings)
@@ -449,6 +458,7 @@ def train(
         "args": args,
         "train_dataset": dataset,
         "processing_class": tokenizer,
+        "final_answer": AnswerReader(resolved.settings.fallback_to_last_number),
     }
     if int(os.environ.get("RANK", "0")) != 0:  # other processes of a multi-process run: rank 0 holds the lock
         return _train_in_folder(resolved, out, trainer_kwargs, resume, callbacks, quiet)
@@ -508,7 +518,14 @@ def _train_in_folder(
     return final
 
 
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "trainer_state.json")
+TRAINING_STATE_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+    "rng_state*.pth",
+    "trainer_state.json",
+    "sage_outcome_counts.json",
+)
 """Files of a checkpoint that hold training state rather than the model (left out of ``model/``)."""
 
 

@@ -17,39 +17,69 @@ replaces four hooks and nothing else:
 Under N processes (DDP, DeepSpeed) the loss and gradient of an optimizer step equal those of one process
 on the same global batch, guide noise included (tests/train/multiprocess).
 
+The estimators that read the completions (DARLING's partitions, outcome-based exploration's final answers;
+:data:`sagerl.objective.ADVANTAGE_INPUTS`) get them from the texts TRL scores, gathered over the processes; the
+outcome counts N(x, a) are trainer state, saved in each checkpoint (``sage_outcome_counts.json``) and restored
+on resume. ``passk_k`` follows ``passk_k_schedule`` over the optimizer steps.
+
 TRL internals this relies on are checked by tests/train/test_trl_contract.py, which fails loudly if a TRL
 upgrade changes them.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import fields, replace
+from pathlib import Path
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from sagerl.atomic_files import atomic_write_text
 from sagerl.errors import ConfigError
 from sagerl.eval.samplers import sample_seed
 from sagerl.objective import (
+    ADVANTAGE_INPUTS,
     GuideParams,
+    OutcomeCounts,
     compute_advantages,
     compute_guide,
     dynamic_sampling_mask,
+    integer_at,
+    lexical_partition,
     make_schedule,
     overlong_penalty,
+    partition_from_keys,
     sage_loss,
     shaped_kl,
+    ucb_bonus,
 )
 from sagerl.objective.multi_reward import normalize_then_sum_advantages
-from sagerl.train.config import SAGEConfig
+from sagerl.tasks.planted import NO_STRATEGY, read_strategy
+from sagerl.tasks.verify import final_answer
+from sagerl.train.config import PASSK_ESTIMATORS, TEXT_INPUTS, SAGEConfig
 from sagerl.train.refill import choose_groups, groups_with_spread, merge_rollouts
+from sagerl.train.rewards import completion_text
 from sagerl.train.vllm_rollouts import check_vllm_training, cpu_engine_dtype, install_cpu_weight_sync
+
+OUTCOME_COUNTS_FILE = "sage_outcome_counts.json"
+"""The outcome counts N(x, a) of a checkpoint (outcome-based exploration's UCB estimators)."""
 
 
 def _draws_noise(guide: str, params: GuideParams) -> bool:
     """Whether ``guide`` draws random numbers (the random guide; the token guide with σ > 0)."""
     return guide == "random" or (guide == "token" and params.sigma > 0)
+
+
+def prompt_key(row: dict) -> str:
+    """The prompt x of a training row, as outcome counts key it: its ``problem`` text when it has one, else its
+    ``prompt`` (a conversational prompt as canonical JSON)."""
+    if row.get("problem") is not None:
+        return str(row["problem"])
+    prompt = row.get("prompt")
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
 def as_sage_config(args: GRPOConfig | None, model_name: str = "model") -> SAGEConfig:
@@ -61,6 +91,17 @@ def as_sage_config(args: GRPOConfig | None, model_name: str = "model") -> SAGECo
     values = {f.name: getattr(args, f.name) for f in fields(GRPOConfig) if f.init}
     values["generation_batch_size"] = None  # derived by GRPOConfig.__post_init__ from steps_per_generation
     return SAGEConfig(**values)
+
+
+def _default_final_answer(text: str, row: dict) -> str | None:
+    return final_answer(text, row)
+
+
+def _distinct_per_group(ids: torch.Tensor, group_size: int) -> float:
+    """Mean number of distinct clusters per group (each -1 counts as one of its own)."""
+    groups = ids.view(-1, group_size).tolist()
+    counts = [len({v for v in g if v >= 0}) + sum(v < 0 for v in g) for g in groups]
+    return sum(counts) / max(len(counts), 1)
 
 
 class OverlongReward:
@@ -80,13 +121,27 @@ class SAGETrainer(GRPOTrainer):
     """GRPO-family trainer whose objective is SAGE's (see :mod:`sagerl.objective`).
 
     Takes exactly the arguments of ``trl.GRPOTrainer``. ``args`` may be a :class:`SAGEConfig` or a plain
-    ``GRPOConfig`` (then: plain GRPO as TRL computes it, no guide).
+    ``GRPOConfig`` (then: plain GRPO as TRL computes it, no guide). One keyword of its own:
+
+    - ``final_answer``: ``(completion text, training row) -> str | None``, the final answer of a completion in
+      its normal form, for the estimators that compare answers (``darling`` with ``partition='answer'``,
+      ``ucb_mean``, ``ucb_con``, ``outcome_batch``); default :func:`sagerl.tasks.verify.final_answer`, the reading
+      of sagerl's graders.
 
     Raises:
-        ConfigError: a TRL option the adapter does not support, or an inconsistent SAGE option.
+        ConfigError: a TRL option the adapter does not support, or an inconsistent SAGE option;
+            ``partition='strategy'`` (the planted task's oracle) on a training set that is not the planted task.
     """
 
-    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *pos, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GRPOConfig | None = None,
+        *pos,
+        final_answer: Callable[[str, dict], str | None] | None = None,
+        **kwargs,
+    ):
         model_name = (
             model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
         )
@@ -132,6 +187,28 @@ class SAGETrainer(GRPOTrainer):
         self._guide_schedule = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
         self._ref_entropies: torch.Tensor | None = None
+        self._scored_completions: list[str] | None = None
+        self._k_schedule = None
+        self._final_answer = final_answer or _default_final_answer
+        inputs = ADVANTAGE_INPUTS[args.resolved_advantage_estimator]
+        self._outcome_counts = OutcomeCounts() if "counts" in inputs else None
+        if "clusters" in inputs and args.partition == "strategy":
+            self._check_planted_dataset(self.train_dataset)
+
+    @staticmethod
+    def _check_planted_dataset(dataset) -> None:
+        """``partition='strategy'`` reads the planted task's strategy labels: refuse any other training set.
+
+        Raises:
+            ConfigError: a dataset without a ``kind`` column, or with rows of another kind than ``planted``.
+        """
+        kinds = set(dataset["kind"]) if dataset is not None and "kind" in dataset.column_names else set()
+        if kinds != {"planted"}:
+            raise ConfigError(
+                "partition='strategy' partitions completions by the planted task's strategy label (an oracle): it "
+                f"needs a planted training set (rows of kind 'planted'; got kinds {sorted(kinds) or 'none'}); use "
+                "partition='answer' or 'lexical'"
+            )
 
     def _load_teacher(self, args: SAGEConfig):
         """The teacher guide's model: loaded once, frozen, on the policy's device and dtype.
@@ -192,6 +269,7 @@ class SAGETrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards_per_func = rewards_per_func
+        self._scored_completions = [completion_text(c) for c in completions]
         return rewards_per_func
 
     def _get_per_token_logps_and_entropies(
@@ -230,6 +308,7 @@ class SAGETrainer(GRPOTrainer):
         output["sage_rewards_per_func"] = self._gathered_rewards_per_func[start : start + local]
         if self._wants_ref_entropy and self._ref_entropies is not None:
             output["ref_entropies"] = self._ref_entropies
+        output["sage_texts"] = (self._scored_completions, list(inputs))  # this process's rows, popped below
         return output
 
     def _refill(self, inputs, output: dict, group_size: int) -> tuple[dict, int]:
@@ -338,13 +417,21 @@ class SAGETrainer(GRPOTrainer):
             output, rounds = self._refill(inputs, output, group_size)
 
         rewards_per_func = self.accelerator.gather(output.pop("sage_rewards_per_func"))
+        texts, rows = output.pop("sage_texts", (None, None))
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = self._weighted_rewards(rewards_per_func)
 
         estimator = self.args.resolved_advantage_estimator
         params = dict(self.args.advantage_params, scale=self.scale_rewards)
-        if estimator == "unlikely":
+        needs = ADVANTAGE_INPUTS[estimator]
+        if estimator in PASSK_ESTIMATORS:
+            params["k"] = self._passk_k()
+            if mode == "train" and self.args.passk_k_schedule != "constant":
+                self._metrics[mode]["passk_k"].append(float(params["k"]))
+        if "sequence_logp" in needs:
             params["sequence_logp"] = self.accelerator.gather(self._sequence_logps(output, mode))
+        if set(needs) & set(TEXT_INPUTS):
+            params.update(self._text_inputs(output, texts, rows, group_size, mode, needs, rewards.device))
         try:
             advantages = compute_advantages(estimator, rewards, group_size, **params)
         except ValueError as exc:
@@ -386,6 +473,112 @@ class SAGETrainer(GRPOTrainer):
             correct = rewards_per_func[:, self.reward_func_names.index("correctness")]
             metrics["pass_rate"].append(torch.nanmean((correct >= 1.0).float()).item())
         return output
+
+    def _passk_k(self) -> int:
+        """The k of pass@k at this optimizer step: ``passk_k``, or ``passk_k_schedule`` from ``passk_k`` to
+        ``passk_k_end`` over ``max_steps``, rounded to an integer (:func:`sagerl.objective.integer_at`)."""
+        args = self.args
+        if args.passk_k_schedule == "constant":
+            return args.passk_k
+        if self._k_schedule is None:
+            self._k_schedule = make_schedule(
+                args.passk_k_schedule,
+                args.passk_k,
+                total_steps=max(self.state.max_steps, 1),
+                lower=args.passk_k_end,
+                switch=args.passk_k_switch,
+            )
+        return integer_at(self._k_schedule, self.state.global_step)
+
+    def _text_inputs(self, output, texts, rows, group_size: int, mode: str, needs, device) -> dict:
+        """The estimator's inputs read off the completions, over every process's rows: ``clusters`` (DARLING's
+        partition of each group by ``partition``), ``answers`` (final-answer cluster ids) and ``counts``
+        (N(x, a) after this batch, counted in training only).
+
+        Raises:
+            ConfigError: the rollout kept no texts (a refill merged several rounds).
+        """
+        if texts is None or rows is None or len(texts) != output["completion_ids"].shape[0]:
+            raise ConfigError(
+                f"advantage_estimator={self.args.resolved_advantage_estimator!r} reads the completions' text, which "
+                "this rollout did not keep (DAPO's refill merges several rounds): set max_num_gen_batches=1"
+            )
+        partition = self.args.partition if "clusters" in needs else None
+        want_answers = partition == "answer" or "answers" in needs
+        local = []
+        for text, row, ids, mask in zip(
+            texts, rows, output["completion_ids"], output["completion_mask"], strict=True
+        ):
+            record = {"prompt": prompt_key(row)}
+            if want_answers:
+                record["answer"] = self._final_answer(text, row)
+            if partition == "lexical":
+                record["tokens"] = ids[mask.bool()].tolist()
+            if partition == "strategy":
+                label = read_strategy(text)
+                record["strategy"] = None if label == NO_STRATEGY else label
+            local.append(record)
+        records = local
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            records = gather_object(local)
+        out = {}
+        metrics = self._metrics[mode]
+        if partition is not None:
+            if partition == "lexical":
+                clusters = lexical_partition(
+                    [r["tokens"] for r in records],
+                    group_size,
+                    n=self.args.partition_ngram,
+                    threshold=self.args.partition_threshold,
+                )
+            else:
+                clusters = partition_from_keys([r[partition] for r in records], group_size)
+            out["clusters"] = clusters.to(device)
+            metrics["partition/clusters_per_group"].append(_distinct_per_group(clusters, group_size))
+        if "answers" in needs:
+            answers = [r["answer"] for r in records]
+            out["answers"] = partition_from_keys(answers, group_size).to(device)
+            metrics["outcome/answers_per_group"].append(_distinct_per_group(out["answers"].cpu(), group_size))
+            if "counts" in needs:
+                prompts = [r["prompt"] for r in records]
+                if mode == "train":
+                    counts = self._outcome_counts.update(prompts, answers)
+                else:
+                    keys = [None if a is None else (p, a) for p, a in zip(prompts, answers, strict=True)]
+                    counts = self._outcome_counts.lookup(keys)
+                out["counts"] = counts.to(device)
+                metrics["outcome/bonus"].append(ucb_bonus(counts).mean().item())
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, and first the outcome counts (``sage_outcome_counts.json``): written before the
+        Trainer's ``trainer_state.json``, so a checkpoint that sagerl finds complete has them."""
+        if self._outcome_counts is not None and self.args.should_save:
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(
+                folder / OUTCOME_COUNTS_FILE, json.dumps(self._outcome_counts.state_dict()) + "\n"
+            )
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """TRL's resume, and the outcome counts of ``checkpoint`` (the hook TRL restores its own state in).
+
+        Raises:
+            ConfigError: the checkpoint has no counts file (it was not written by an outcome-counting run).
+        """
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self._outcome_counts is not None and checkpoint is not None:
+            path = Path(checkpoint) / OUTCOME_COUNTS_FILE
+            if not path.is_file():
+                raise ConfigError(
+                    f"{checkpoint} has no {OUTCOME_COUNTS_FILE}: advantage_estimator="
+                    f"{self.args.resolved_advantage_estimator!r} resumes its outcome counts from the checkpoint"
+                )
+            self._outcome_counts.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
 
     # ------------------------------------------------------------------ loss
     def _guide_strength(self) -> float:

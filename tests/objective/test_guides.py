@@ -159,7 +159,7 @@ def test_schedules():
     assert s(1000) == pytest.approx(0.0)
     assert make_schedule("cosine", 2.0, total_steps=10, num_restarts=0)(5) == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        make_schedule("linear", 1.0)
+        make_schedule("exponential", 1.0)
 
 
 def test_branch_token_guide_hand_values():

@@ -81,6 +81,28 @@ VALID_CALLS: dict[str, dict] = {
     "ConstantSchedule": dict(value=1.0),
     "CosineRestartSchedule": dict(upper=1.0, lower=0.0, total_steps=10),
     "GuideParams": dict(),
+    # issue 23's methods
+    "rs_grpo_advantages": dict(rewards=REWARDS, group_size=2, risk_beta=2.0),
+    "entropic_risk_weight": dict(p=0.3, risk_beta=2.0),
+    "passk_mix_advantages": dict(rewards=REWARDS, group_size=2, k=1, mix_weight=0.5),
+    "prompt_weight": dict(name="grpo", p=0.3, n=4),
+    "darling_advantages": dict(rewards=REWARDS, group_size=2, clusters=torch.tensor([0, 0, 1, 0]), floor=0.1),
+    "partition_diversity": dict(clusters=torch.tensor([0, 0, 1, 0]), group_size=2, floor=0.1),
+    "lexical_partition": dict(sequences=[[1, 2], [1, 2], [3], [4]], group_size=2, n=2, threshold=0.5),
+    "partition_from_keys": dict(keys=["a", "a", "b", None], group_size=2),
+    "outcome_advantages": dict(
+        rewards=REWARDS,
+        group_size=2,
+        kind="ucb_con",
+        answers=torch.tensor([0, 1, 0, 0]),
+        counts=torch.tensor([1.0, 2.0, 1.0, 1.0]),
+        coef=1.0,
+        b0=0.5,
+    ),
+    "batch_penalty": dict(answers=torch.tensor([0, 1, 0, 0]), group_size=2),
+    "LinearSchedule": dict(start=8.0, end=1.0, total_steps=10),
+    "StepSchedule": dict(start=4.0, end=1.0, total_steps=10, switch=0.5),
+    "integer_at": dict(schedule=objective.ConstantSchedule(2.0), step=3),
 }
 """One valid call of each public callable of sagerl.objective that takes a number."""
 

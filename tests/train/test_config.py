@@ -103,6 +103,15 @@ EXPECTED = {
     "clip-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 1.0, False, 0),
     "kl-cov": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "entropy-adv": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    # issue 23's methods
+    "rs-grpo": ("none", 0.05, "reverse", "rs_grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "pkpo-anneal": ("none", 0.05, "reverse", "pkpo", "seq-mean-token-mean", 0.2, False, 0),
+    "passk-two-stage": ("none", 0.05, "reverse", "passk", "seq-mean-token-mean", 0.2, False, 0),
+    "passk-mix": ("none", 0.05, "reverse", "passk_mix", "seq-mean-token-mean", 0.2, False, 0),
+    "darling": ("none", 0.05, "reverse", "darling", "seq-mean-token-mean", 0.2, False, 0),
+    "ucb-mean": ("none", 0.05, "reverse", "ucb_mean", "seq-mean-token-mean", 0.2, False, 0),
+    "ucb-con": ("none", 0.05, "reverse", "ucb_con", "seq-mean-token-mean", 0.2, False, 0),
+    "outcome-batch": ("none", 0.05, "reverse", "outcome_batch", "seq-mean-token-mean", 0.2, False, 0),
 }
 METHOD_KEYS = {
     # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
@@ -121,6 +130,19 @@ METHOD_KEYS = {
     "nsr": {"signed_samples_only": False},
     "kl-cov": {"policy_loss": "kl_cov", "kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0, "num_iterations": 2},
     "entropy-adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
+    "rs-grpo": {"risk_beta": 2.0},
+    "pkpo-anneal": {
+        "passk_k": 8,
+        "passk_k_schedule": "linear",
+        "passk_k_end": 1,
+        "pkpo_baseline": "loo_minus_one",
+    },
+    "passk-two-stage": {"passk_k": 4, "passk_k_schedule": "step", "passk_k_end": 1, "passk_k_switch": 0.5},
+    "passk-mix": {"passk_k": 4, "passk_mix_weight": None},
+    "darling": {"partition": "answer", "scale_rewards": "none"},
+    "ucb-mean": {"outcome_coef": 1.0},
+    "ucb-con": {"outcome_coef": 1.0, "outcome_b0": 0.5},
+    "outcome-batch": {"outcome_coef": 1.0},
     "dapo": {"max_num_gen_batches": 10},
     "dapo+branch": {"max_num_gen_batches": 10},
 }
@@ -165,7 +187,26 @@ def test_overrides_are_parsed_and_typed(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "method", ["passk", "pkpo", "w-reinforce", "psr", "nsr", "unlikely", "clip-cov", "kl-cov", "entropy-adv"]
+    "method",
+    [
+        "passk",
+        "pkpo",
+        "w-reinforce",
+        "psr",
+        "nsr",
+        "unlikely",
+        "clip-cov",
+        "kl-cov",
+        "entropy-adv",
+        "rs-grpo",
+        "pkpo-anneal",
+        "passk-two-stage",
+        "passk-mix",
+        "darling",
+        "ucb-mean",
+        "ucb-con",
+        "outcome-batch",
+    ],
 )
 def test_every_method_composes_with_the_branch_guide(method, tmp_path):
     args = build_trainer_config(resolve_config(f"{method}+branch", {"kl_placement": "reward"}), tmp_path)

@@ -66,5 +66,13 @@ def test_list_presets(capsys):
         "clip-cov",
         "kl-cov",
         "entropy-adv",
+        "rs-grpo",
+        "pkpo-anneal",
+        "passk-two-stage",
+        "passk-mix",
+        "darling",
+        "ucb-mean",
+        "ucb-con",
+        "outcome-batch",
         "METHOD+GUIDE",
     ]

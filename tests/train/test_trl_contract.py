@@ -41,12 +41,17 @@ def test_overridden_hooks_keep_their_signatures():
     assert "compute_aux_loss" in _params(GRPOTrainer._get_per_token_logps_and_entropies)
     assert _params(GRPOTrainer._save_checkpoint) == ["self", "model", "trial"]
     assert _params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
+    # the outcome counts' checkpoint folder, as TRL's own entropy-controller state finds it
+    assert "trial" in _params(GRPOTrainer._get_output_dir)
+    assert "self._get_output_dir(trial=trial)" in inspect.getsource(GRPOTrainer._save_checkpoint)
 
 
 def test_rollout_calls_the_hooks_the_adapter_intercepts():
     source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
-    # rewards are computed (and gathered across processes) by _calculate_rewards, once per rollout
+    # rewards are computed (and gathered across processes) by _calculate_rewards, once per rollout, on the
+    # rollout's rows and its completions' texts (which the adapter keeps for the estimators that read them)
     assert source.count("self._calculate_rewards(") == 1
+    assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in source
     # the reference log-probs come from a call on self.ref_model (where the adapter keeps the entropies)
     assert "self._get_per_token_logps_and_entropies(\n                        self.ref_model," in source
     # the keys the adapter reads or replaces in the rollout output
