@@ -11,6 +11,10 @@
   On a CPU that means AMX (``amx_bf16``) or AVX-512 BF16 (``avx512_bf16``), read from ``/proc/cpuinfo``; on
   CUDA, ``torch.cuda.is_bf16_supported()``.
 
+The environment variable ``SAGERL_DTYPE`` (``float32`` or ``bfloat16``) replaces what ``auto`` resolves to, in
+this process and the ones it starts: the test suite sets ``SAGERL_DTYPE=float32`` so that its numbers do not
+depend on the CPU it runs on (tests/conftest.py).
+
 Asking for ``bfloat16`` on a CPU without bfloat16 matrix units works, but is slower than float32 there (the
 matmuls are emulated): a warning says so and names the switch back (``dtype=float32``).
 """
@@ -18,6 +22,7 @@ matmuls are emulated): a warning says so and names the switch back (``dtype=floa
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from pathlib import Path
 
@@ -25,6 +30,8 @@ from sagerl.errors import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16")
 """The values of a ``dtype`` setting."""
+ENV_VAR = "SAGERL_DTYPE"
+"""What ``auto`` resolves to when set (``float32``, ``bfloat16``; ``auto`` or unset: the machine decides)."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """CPU flags (``/proc/cpuinfo``) of bfloat16 matrix instructions."""
 
@@ -67,12 +74,14 @@ def resolve_dtype(requested: str, device: str = "cpu") -> str:
     """The dtype a run uses on ``device``: ``auto`` resolved (:func:`bf16_supported`), the others as given.
 
     Raises:
-        ConfigError: an unknown dtype.
+        ConfigError: an unknown dtype (or an unknown ``SAGERL_DTYPE``).
 
     Warns:
         UserWarning: ``bfloat16`` on a CPU without bfloat16 matrix units (slower than float32 there).
     """
     check_dtype(requested)
+    if requested == "auto" and os.environ.get(ENV_VAR, "auto") != "auto":
+        requested = check_dtype(os.environ[ENV_VAR], ENV_VAR)
     if requested == "auto":
         return "bfloat16" if bf16_supported(device) else "float32"
     if requested == "bfloat16" and not str(device).startswith("cuda") and not bf16_supported(device):

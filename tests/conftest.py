@@ -18,6 +18,9 @@ import pytest
 from faults.registry import FAULT_CLASSES, classes_of  # tests/ is on sys.path (pytest rootdir import)
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+# dtype auto is float32 in the tests (and the processes they start), whatever the CPU: their numbers must not
+# depend on whether the machine has bfloat16 matrix units (sagerl.precision). Tests of bf16 ask for it.
+os.environ["SAGERL_DTYPE"] = "float32"
 
 
 @pytest.fixture(autouse=True)

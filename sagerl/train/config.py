@@ -342,6 +342,15 @@ class SAGEConfig(GRPOConfig):
             "share of kept completions)."
         },
     )
+    share_prompt_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "Run each prompt's forward pass once for all the rollouts of its group in the log-prob "
+            "passes (policy, reference, π_old, teacher): the same log-probs up to float rounding, with the LM "
+            "head over completion tokens only. Single process, no gradient checkpointing, text only; "
+            "TRL's per-row forward elsewhere, or when False."
+        },
+    )
     w_reinforce_lambda: float = field(
         default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
     )

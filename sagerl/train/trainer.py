@@ -282,21 +282,98 @@ class SAGETrainer(GRPOTrainer):
         compute_entropy=False,
         **kwargs,
     ):
-        if self._wants_ref_entropy and model is self.ref_model:
-            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=True, **kwargs
-            )
-            self._ref_entropies = entropies
-            return logps, (entropies if compute_entropy else None), aux
-        return super()._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size,
-            compute_entropy=compute_entropy,
-            **kwargs,
+        wants_ref_entropy = self._wants_ref_entropy and model is self.ref_model
+        compute = compute_entropy or wants_ref_entropy
+        shared = self._shared_prefix_logps(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute, kwargs
         )
+        if shared is not None:
+            logps, entropies, aux = shared
+        else:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy=compute,
+                **kwargs,
+            )
+        if wants_ref_entropy:
+            self._ref_entropies = entropies
+        return logps, (entropies if compute_entropy else None), aux
+
+    def _shared_prefix_logps(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, kwargs
+    ):
+        """TRL's log-probs (and entropies) of the completion tokens, with each prompt's forward pass run once for
+        all the rollouts of its group instead of once per rollout (``share_prompt_prefix``); None where that
+        does not apply (then TRL's own forward runs).
+
+        The rows of a group (consecutive rows with the same prompt tokens and mask, as TRL lays out a prompt's
+        ``num_generations`` rollouts) share their prompt: the prompt without its last token runs once per group,
+        its key/value cache is repeated for the group's rows (an index, so the backward pass sums the rows'
+        gradients into it), then the last prompt token and the completion run per row, at the positions the full
+        sequence gives them. The log-probs are those of the full forward pass up to float rounding (a test
+        checks them and the gradient against TRL's), the LM head runs over the completion positions only, and a
+        group of G rollouts of a P-token prompt and T-token completions costs P + G·(T + 1) token positions
+        instead of G·(P + T).
+
+        Applies to a single process's forward pass of a causal LM with neither gradient checkpointing nor
+        multimodal inputs, when some rows share a prompt; skipped otherwise.
+        """
+        if not self.args.share_prompt_prefix or self.accelerator.num_processes != 1:
+            return None
+        if any(value is not None for value in kwargs.values() if value is not False):
+            return None  # images, token types, MoE aux loss: TRL's own path
+        unwrapped = self.accelerator.unwrap_model(model)
+        if getattr(unwrapped, "is_gradient_checkpointing", False) or input_ids.size(1) - logits_to_keep < 2:
+            return None
+        prompt_len = input_ids.size(1) - logits_to_keep
+        prompts, prompt_mask = input_ids[:, :prompt_len], attention_mask[:, :prompt_len]
+        new_group = torch.ones(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
+        new_group[1:] = (prompts[1:] != prompts[:-1]).any(1) | (prompt_mask[1:] != prompt_mask[:-1]).any(1)
+        if bool(new_group.all()):
+            return None  # no two rows share a prompt
+        from transformers import DynamicCache
+
+        from sagerl.eval.samplers import cache_argument
+
+        cache_key = cache_argument(unwrapped)
+        rows = input_ids.size(0)
+        batch_size = batch_size or rows
+        logps, entropies = [], []
+        for start in range(0, rows, batch_size):
+            end = min(start + batch_size, rows)
+            starts = new_group[start:end].clone()
+            starts[0] = True
+            group = starts.long().cumsum(0) - 1  # each row's group within the chunk
+            first = starts.nonzero().squeeze(1) + start
+            cache = DynamicCache(config=unwrapped.config)
+            prefix = prompts[first, :-1]
+            prefix_mask = prompt_mask[first, :-1]
+            with self.accelerator.autocast():
+                model(
+                    input_ids=prefix,
+                    attention_mask=prefix_mask,
+                    labels=torch.full_like(prefix, -100),
+                    fused_lm_head=True,
+                    **{cache_key: cache},
+                )  # fills the cache (the LM head's outputs are not used)
+                cache.batch_select_indices(group)
+                suffix = input_ids[start:end, prompt_len - 1 :]
+                labels = suffix.masked_fill(attention_mask[start:end, prompt_len - 1 :] == 0, -100)
+                out = model(
+                    input_ids=suffix,
+                    attention_mask=attention_mask[start:end],
+                    labels=labels,
+                    fused_lm_head=True,
+                    **{cache_key: cache},
+                )
+            logps.append(out.log_probs[:, -logits_to_keep:])
+            if compute_entropy:
+                entropies.append(out.entropy[:, -logits_to_keep:])
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
     def _rollout(self, inputs) -> dict:
         """One round of TRL's rollout, with this process's rewards per function (``sage_rewards_per_func``,

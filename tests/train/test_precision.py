@@ -25,6 +25,8 @@ GRAD_NORM_RTOL = 0.05
 
 @pytest.fixture
 def cpu_flags(monkeypatch):
+    monkeypatch.delenv("SAGERL_DTYPE")  # the suite's float32 default (tests/conftest.py) off: auto decides
+
     def set_flags(*flags):
         monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: tuple(flags))
 
@@ -47,6 +49,19 @@ def test_auto_is_bf16_where_the_cpu_has_bf16_matrix_units(cpu_flags):
         resolve_dtype("bfloat16")
     with pytest.raises(ConfigError, match=r"dtype='fp8': expected one of auto, float32, bfloat16"):
         check_dtype("fp8")
+
+
+def test_sagerl_dtype_replaces_what_auto_resolves_to(cpu_flags, monkeypatch):
+    cpu_flags("avx512_bf16")
+    monkeypatch.setenv("SAGERL_DTYPE", "float32")
+    assert resolve_dtype("auto") == "float32" and resolve_dtype("bfloat16") == "bfloat16"
+    cpu_flags()
+    monkeypatch.setenv("SAGERL_DTYPE", "bfloat16")
+    with pytest.warns(UserWarning, match="without bfloat16 matrix units"):
+        assert resolve_dtype("auto") == "bfloat16"
+    monkeypatch.setenv("SAGERL_DTYPE", "half")
+    with pytest.raises(ConfigError, match="SAGERL_DTYPE='half': expected one of"):
+        resolve_dtype("auto")
 
 
 def test_the_cpu_flags_are_read_from_proc_cpuinfo():

@@ -1,0 +1,89 @@
+"""The log-prob passes with each prompt's forward pass shared by its group's rollouts (``share_prompt_prefix``)
+give TRL's per-row log-probs, entropies and gradients, up to float rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_trainer_loss import GROUP, make_trainer
+
+
+def _rows(tokenizer, generator):
+    """Two groups of GROUP rollouts, prompts of different lengths (left-padded), completions right-padded."""
+    prompts = [tokenizer("What is 2 + 3? Answer:")["input_ids"], tokenizer("7 - 4 =")["input_ids"]]
+    width = max(map(len, prompts))
+    prompt_ids, prompt_mask, completion_ids, completion_mask = [], [], [], []
+    vocab = len(tokenizer)
+    for prompt in prompts:
+        for row in range(GROUP):
+            prompt_ids.append([tokenizer.pad_token_id] * (width - len(prompt)) + prompt)
+            prompt_mask.append([0] * (width - len(prompt)) + [1] * len(prompt))
+            length = 3 + 2 * row  # rows of one group have different completion lengths
+            ids = torch.randint(0, vocab, (9,), generator=generator).tolist()
+            completion_ids.append(ids)
+            completion_mask.append([1] * length + [0] * (9 - length))
+    tensor = torch.tensor
+    return tensor(prompt_ids), tensor(prompt_mask), tensor(completion_ids), tensor(completion_mask)
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])  # 3: chunks that cut a group
+def test_shared_prompt_prefix_gives_trls_log_probs_entropies_and_gradient(tiny_model, tmp_path, batch_size):
+    trainer, _ = make_trainer(tiny_model, tmp_path)
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
+        trainer.processing_class, torch.Generator().manual_seed(0)
+    )
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    width = completion_ids.shape[1]
+    results = {}
+    for share in (False, True):
+        trainer.args.share_prompt_prefix = share
+        trainer.model.zero_grad()
+        calls: list[int] = []
+        forward = trainer.model.forward
+
+        def counting(*a, calls=calls, forward=forward, **k):
+            calls.append(k["input_ids"].numel())
+            return forward(*a, **k)
+
+        trainer.model.forward = counting
+        try:
+            logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, width, batch_size=batch_size, compute_entropy=True
+            )
+        finally:
+            trainer.model.forward = forward
+        (logps * completion_mask).sum().backward()
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        results[share] = (logps.detach(), entropy.detach(), grad, sum(calls))
+    (lp0, h0, g0, tokens0), (lp1, h1, g1, tokens1) = results[False], results[True]
+    valid = completion_mask.bool()
+    torch.testing.assert_close(lp1[valid], lp0[valid], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(h1[valid], h0[valid], rtol=1e-4, atol=1e-4)
+    assert float((g1 - g0).norm() / g0.norm()) < 1e-5  # the same gradient up to float rounding
+    assert tokens0 == ids.numel()  # TRL: every row's whole sequence
+    prompt_len = prompt_ids.shape[1]
+    groups = 2 if batch_size is None else 4  # chunks of 3 rows cut the two groups into four pieces
+    assert tokens1 == groups * (prompt_len - 1) + ids.shape[0] * (width + 1)  # each prompt once per piece
+
+
+def test_rows_without_a_shared_prompt_and_the_switch_use_trls_forward(tiny_model, tmp_path):
+    trainer, _ = make_trainer(tiny_model, tmp_path)
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
+        trainer.processing_class, torch.Generator().manual_seed(1)
+    )
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    width = completion_ids.shape[1]
+    alone = [0, GROUP]  # one row of each group: nothing to share
+    assert (
+        trainer._shared_prefix_logps(trainer.model, ids[alone], mask[alone], width, None, False, {}) is None
+    )
+    assert (
+        trainer._shared_prefix_logps(trainer.model, ids, mask, width, None, False, {"pixel_values": 1})
+        is None
+    )
+    trainer.args.share_prompt_prefix = False
+    assert trainer._shared_prefix_logps(trainer.model, ids, mask, width, None, False, {}) is None
+    trainer.args.share_prompt_prefix = True
+    assert trainer._shared_prefix_logps(trainer.model, ids, mask, width, None, False, {}) is not None
