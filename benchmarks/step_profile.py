@@ -11,14 +11,17 @@ dtype, and times the parts of each step by wrapping the trainer's methods:
 - ``backward``: ``accelerator.backward``;
 - ``optimizer``: the optimizer step (and the scheduler).
 
-FLOPs: a forward pass over T tokens costs 2·N·T (N non-embedding parameters plus the LM head's, for the
-tokens whose logits are computed) plus attention (4·L·d·T·T_ctx/2 for causal attention); backward twice the
+FLOPs: counted from the token positions each part's forward passes ran (a wrapper on the policy's and the
+reference's forward): 2·N·T for T positions through the N non-embedding parameters, plus 2·d·V for every
+position whose logits are computed (TRL's fused LM head computes them at every position on a CPU; sampling
+at the last one); attention's T·T_ctx terms are left out (a few % at these lengths); backward twice the policy
 forward. Each part's FLOP rate is reported against the machine's measured bf16 and fp32 matmul peaks
 (``torch.matmul`` of 4096×576 @ 576×1536, this model's shapes), so a part far below the peak is overhead-
 bound, not compute-bound.
 
-Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32,bfloat16] [--rounds 2]``; the first
-step of each child is a warm-up and is left out. Run on an idle machine (two torch processes on 2 cores slow
+Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32,bfloat16] [--rounds
+2]`` (``-noshare``: with ``share_prompt_prefix=False``, the forward passes as TRL runs them); the first step of
+each child is a warm-up and is left out; the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow
 each other about tenfold). Prints a markdown table per dtype and the bf16/fp32 step-time ratio.
 """
 
@@ -59,8 +62,9 @@ def matmul_peak(dtype: str, seconds: float = 1.0) -> float:
     return 2 * 4096 * 576 * 1536 * n / (time.perf_counter() - start) / 1e9
 
 
-def child(dtype: str, steps: int, out: str) -> dict:
-    """Train ``steps`` demo steps in ``dtype`` in this process; return per-step part times and token counts."""
+def child(variant: str, steps: int, out: str) -> dict:
+    """Train ``steps`` demo steps of ``variant`` (a dtype, ``-noshare`` for ``share_prompt_prefix=False``) in
+    this process; return per-step part times and token counts."""
     import torch
 
     from sagerl.demo import LEARNING_RATE, MAX_NEW_TOKENS, PRESET, train_overrides
@@ -69,7 +73,9 @@ def child(dtype: str, steps: int, out: str) -> dict:
     from sagerl.train.run import build_dataset, build_trainer_config, resolve_config
     from sagerl.train.trainer import SAGETrainer
 
+    dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
+    overrides["share_prompt_prefix"] = option != "noshare"
     overrides.update(save_strategy="no", report_to="none")
     resolved = resolve_config(PRESET, overrides)
     args = build_trainer_config(resolved, out)
@@ -85,33 +91,51 @@ def child(dtype: str, steps: int, out: str) -> dict:
     tokens: list[dict[str, int]] = []
     current: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    part = ["other"]  # the part running now (innermost wins)
 
-    def timed(part_of, method):
+    def timed(name_of, method):
         def wrapper(*a, **k):
+            name = name_of(*a, **k)
+            outer, part[0] = part[0], name
             start = time.perf_counter()
             try:
                 return method(*a, **k)
             finally:
-                current[part_of(*a, **k)] += time.perf_counter() - start
+                current[name] += time.perf_counter() - start
+                part[0] = outer
 
         return wrapper
 
+    def counted(model):
+        """Count the token positions each forward pass of ``model`` runs, and those it computes logits for,
+        under the part running then."""
+        forward = model.forward
+
+        def wrapper(*a, **k):
+            ids = k.get("input_ids")
+            if ids is not None:
+                counts[f"{part[0]} tokens"] += int(ids.numel())
+                fused = k.get("fused_lm_head", False)  # TRL's fused head: logits at every position on a CPU
+                keep = k.get("logits_to_keep", 0)
+                counts[f"{part[0]} logit positions"] += int(
+                    ids.numel() if fused or not keep else ids.shape[0]
+                )
+            return forward(*a, **k)
+
+        model.forward = wrapper
+
+    counted(trainer.model)
+    if trainer.ref_model is not None:
+        counted(trainer.ref_model)
     trainer._generate = timed(lambda *a, **k: "sampling", trainer._generate)
     policy = trainer.model
-
-    def logps_part(model, input_ids, *a, **k):
-        counts["forward tokens " + ("reference" if model is trainer.ref_model else "no-grad")] += int(
-            input_ids.numel()
-        )
-        return "reference forward" if model is trainer.ref_model else "other no-grad forwards"
-
     original_logps = trainer._get_per_token_logps_and_entropies
 
     def logps(model, input_ids, *a, **k):
-        if model is policy and torch.is_grad_enabled():  # inside compute_loss: counted there
-            counts["forward tokens policy"] += int(input_ids.numel())
+        if model is policy and torch.is_grad_enabled():  # inside compute_loss: its part
             return original_logps(model, input_ids, *a, **k)
-        return timed(logps_part, original_logps)(model, input_ids, *a, **k)
+        name = "reference forward" if model is trainer.ref_model else "other no-grad forwards"
+        return timed(lambda *a, **k: name, original_logps)(model, input_ids, *a, **k)
 
     trainer._get_per_token_logps_and_entropies = logps
     trainer.compute_loss = timed(lambda *a, **k: "policy forward + loss", trainer.compute_loss)
@@ -144,31 +168,31 @@ def child(dtype: str, steps: int, out: str) -> dict:
     }
 
 
-def flops(tokens: dict[str, int], completion_tokens: int, config) -> dict[str, float]:
-    """Approximate FLOPs (GFLOP) of each part from its token counts (see the module docstring)."""
+def flops(counts: dict[str, int], config) -> dict[str, float]:
+    """GFLOP of each part from the token positions its forward passes ran (see the module docstring)."""
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     inter = config.intermediate_size
     kv = config.num_key_value_heads * (d // config.num_attention_heads)
     per_token = layers * (2 * d * d + 2 * d * kv + 3 * d * inter)  # q, o, k, v, MLP
-    head = d * vocab
-
-    def forward(t: int, logits: int) -> float:
-        return 2 * (per_token * t + head * logits) / 1e9
-
-    policy = forward(tokens.get("forward tokens policy", 0), completion_tokens)
-    return {
-        "reference forward": forward(tokens.get("forward tokens reference", 0), completion_tokens),
-        "other no-grad forwards": forward(tokens.get("forward tokens no-grad", 0), completion_tokens),
-        "policy forward + loss": policy,
-        "backward": 2 * policy,
-    }
+    out = {}
+    for part in PARTS:
+        tokens, logits = counts.get(f"{part} tokens", 0), counts.get(f"{part} logit positions", 0)
+        if tokens:
+            out[part] = 2 * (per_token * tokens + d * vocab * logits) / 1e9
+    if "policy forward + loss" in out:
+        out["backward"] = 2 * out["policy forward + loss"]
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument(
+        "--dtypes",
+        default="float32,bfloat16",
+        help="variants: a dtype, with -noshare for share_prompt_prefix=False (float32-noshare: before both)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
     args = parser.parse_args()
     if args.child:
@@ -196,10 +220,11 @@ def main() -> None:
     for dtype, results in runs.items():
         steps = [s for r in results for s in r["times"][1:]]  # first step of each child: warm-up
         toks = [t for r in results for t in r["tokens"][1:]]
-        peak = statistics.median(r["peak_bf16" if dtype == "bfloat16" else "peak_fp32"] for r in results)
+        peak = statistics.median(
+            r["peak_bf16" if dtype.startswith("bfloat16") else "peak_fp32"] for r in results
+        )
         medians[dtype] = statistics.median(s["total"] for s in steps)
-        completion = 8 * 96  # an upper bound: 8 rollouts of at most 96 tokens
-        work = flops(toks[-1], completion, config)
+        work = flops(toks[-1], config)
         print(
             f"\n### {dtype}: {len(steps)} steps, median step {medians[dtype]:.2f} s; matmul peak {peak:.0f} GFLOP/s"
         )
@@ -210,12 +235,13 @@ def main() -> None:
             g = work.get(part)
             rate = g / seconds if g and seconds else None
             print(
-                f"| {part} | {seconds:.2f} | {seconds / medians[dtype]:.0%} | {g if g is None else round(g, 1)} | "
+                f"| {part} | {seconds:.2f} | {seconds / medians[dtype]:.0%} | {'—' if g is None else round(g, 1)} | "
                 f"{'—' if rate is None else round(rate)} | {'—' if rate is None else f'{rate / peak:.0%}'} |"
             )
-        print(f"forward tokens per step: {toks[-1]}")
-    if len(medians) == 2 and "float32" in medians and "bfloat16" in medians:
-        print(f"\nstep time fp32 / bf16: {medians['float32'] / medians['bfloat16']:.2f}x")
+        print(f"token positions per step (the last step): {toks[-1]}")
+    base = dtypes[0]
+    for variant in dtypes[1:]:
+        print(f"step time {base} / {variant}: {medians[base] / medians[variant]:.2f}x")
 
 
 if __name__ == "__main__":
