@@ -66,7 +66,10 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 demo: setup
 	$(BIN)/python -m sagerl.demo
 
-test: setup setup-verl setup-vllm setup-browser
+# The environments are built side by side (their installs wait on the network and the disk more than on the
+# CPU), then the suites run one after another.
+test:
+	$(MAKE) --no-print-directory -j4 setup setup-verl setup-vllm setup-browser
 	$(BIN)/ruff check sagerl tests benchmarks constraints
 	$(MAKE) --no-print-directory ranges
 	$(BIN)/python -m pytest -q
