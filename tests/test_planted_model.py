@@ -176,3 +176,28 @@ def test_a_misspelled_built_in_name_fails_at_once_with_a_suggestion(tmp_path):
         resolve_model("smollm2-135m-instruc")
     for other in ("gpt2", "Qwen/Qwen2.5-Math-7B", "planted-referenc/x", str(tmp_path)):
         assert resolve_model(other) == other  # hub ids, paths and unrelated names pass through
+
+
+def test_the_cli_lists_and_verifies_the_shipped_models(capsys):
+    from sagerl.cli import main
+
+    main(["planted", "list"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("9 models in ") and "default build b1" in out[0] and "1 thread" in out[0]
+    rows = {line.split()[0]: line for line in out[1:]}
+    assert sorted(rows) == sorted(read_manifest()["models"])
+    weights = read_manifest()["models"]["planted-teacher-b2"]["files"]["model.safetensors"]
+    assert f"weights {weights[:12]}" in rows["planted-teacher-b2"] and "seed 2" in rows["planted-teacher-b2"]
+    main(["planted", "verify"])
+    assert capsys.readouterr().out.strip() == "9 shipped planted models: every file matches its SHA-256"
+
+
+def test_the_cli_build_refuses_an_unknown_role_in_one_line(tmp_path, capsys):
+    from sagerl.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["planted", "build", "oracle", "--out", str(tmp_path / "m")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown planted model role 'oracle'" in err[0]
+    assert not (tmp_path / "m").exists()

@@ -70,8 +70,12 @@ def _loss(cls, tiny_model, tmp_path, funcs, **overrides):
         args=_args(tmp_path, GRPOConfig, **overrides),
         train_dataset=Dataset.from_dict({"prompt": ["What is 2 + 3?", "What is 7 - 4?"]}),
     )
-    if isinstance(trainer, SAGETrainer):  # the loss on TRL's own per-row log-probs: the formulas compared alone
-        trainer.args.share_prompt_prefix = False  # (the shared-prefix log-probs: tests/train/test_shared_prefix.py)
+    if isinstance(
+        trainer, SAGETrainer
+    ):  # the loss on TRL's own per-row log-probs: the formulas compared alone
+        trainer.args.share_prompt_prefix = (
+            False  # (the shared-prefix log-probs: tests/train/test_shared_prefix.py)
+        )
     inputs = _rollout(trainer)
     return trainer, inputs, trainer.compute_loss(trainer.model, inputs)
 
