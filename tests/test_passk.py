@@ -192,3 +192,29 @@ def test_import_sagerl_eval_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", str(round(1 - math.comb(5, 2) / math.comb(8, 2), 6))]
+
+
+@pytest.mark.parametrize("n,g", [(4, 2), (6, 3), (8, 8), (5, 1)])
+def test_mixed_group_share_matches_enumeration_of_every_group(n, g):
+    from sagerl.eval.passk import mixed_group_share
+
+    counts = list(range(n + 1))
+    exact = []
+    for c in counts:
+        outcomes = [1] * c + [0] * (n - c)
+        groups = list(itertools.combinations(outcomes, g))
+        exact.append(Fraction(sum(0 < sum(gr) < g for gr in groups), len(groups)))
+    assert mixed_group_share(n, counts, g) == pytest.approx(float(sum(exact) / len(exact)), abs=1e-12)
+
+
+def test_mixed_group_share_known_values():
+    from sagerl.eval.passk import mixed_group_share
+
+    # groups of 8 from 8 samples: mixed exactly when 0 < c < 8 (3 of these 5 problems)
+    assert mixed_group_share(8, [0, 1, 4, 7, 8], 8) == pytest.approx(0.6)
+    # n = 4, c = 2, groups of 2: 4 of the 6 pairs hold one correct and one wrong sample
+    assert mixed_group_share(4, [2], 2) == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match="at least one problem"):
+        mixed_group_share(8, [], 8)
+    with pytest.raises(ValueError, match="k"):
+        mixed_group_share(8, [3], 9)

@@ -40,7 +40,7 @@ def study_command(
     from sagerl.study.spec import load_studies
     from sagerl.study.table import finished_summary, render_terminal, write_study_table
 
-    studies = load_studies(study_file)
+    studies = load_studies(study_file, check_models=not dry_run)
     folders = [study_folder(study, out) for study in studies]
     for study, folder in zip(studies, folders, strict=True):  # every setting is checked before any trains
         check_finished_cells(study, folder)

@@ -25,6 +25,7 @@ __all__ = [
     "bootstrap_ci",
     "bootstrap_means",
     "ks_up_to",
+    "mixed_group_share",
     "pass_at_k",
     "pass_at_k_matrix",
     "percentile_ci",
@@ -107,6 +108,33 @@ def pass_at_k_matrix(n: int, correct: Sequence[int] | np.ndarray, ks: Sequence[i
         vals = 1.0 - suffix[n - c]
         out[:, j] = np.where(n - c < k, 1.0, vals)
     return out
+
+
+def mixed_group_share(n: int, correct: Sequence[int] | np.ndarray, group_size: int) -> float:
+    """The expected share of problems whose group of ``group_size`` rollouts is *mixed* (some correct, some
+    wrong): the groups in which GRPO-family advantages are not all zero.
+
+    For one problem with ``c`` of ``n`` samples correct, a group drawn without replacement is all wrong with
+    probability 1 - pass@g(c) and all correct with probability 1 - pass@g(n - c), so
+
+        P(mixed) = pass@g(c) + pass@g(n - c) - 1
+
+    (unbiased, as pass@k; with g = n it is the indicator 0 < c < n). Returns the mean over problems.
+
+    Args:
+        n: samples per problem.
+        correct: per-problem correct counts, shape (P,), each in [0, n]; at least one problem.
+        group_size: g, in [1, n] (a group of 1 is never mixed).
+
+    Raises:
+        ValueError: as :func:`pass_at_k_matrix`, or no problems.
+    """
+    c = np.asarray(correct).reshape(-1)
+    if c.size == 0:
+        raise ValueError("correct: give the counts of at least one problem")
+    hit = pass_at_k_matrix(n, c, [group_size])[:, 0]
+    miss = pass_at_k_matrix(n, n - c.astype(np.int64), [group_size])[:, 0]
+    return float(np.mean(np.clip(hit + miss - 1.0, 0.0, 1.0)))
 
 
 def ks_up_to(n: int) -> list[int]:

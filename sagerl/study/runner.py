@@ -56,8 +56,12 @@ def _train_overrides(study: Study, cell: Cell) -> dict[str, Any]:
 
 
 def _eval_kwargs(study: Study) -> dict[str, Any]:
+    """The :func:`sagerl.eval.evaluate` arguments of every evaluation of ``study`` (``backend`` only when it is
+    not ``hf``, so the records of cells finished before it was a setting still match)."""
     e = study.eval
+    backend = {} if e.backend == "hf" else {"backend": e.backend}
     return dict(
+        **backend,
         n=e.n,
         limit=e.limit,
         max_new_tokens=e.max_new_tokens,
@@ -75,6 +79,8 @@ def _eval_args(study: Study, model: str, out: Path) -> list[str]:
     args = ["sagerl", "eval", "--model", model, "--dataset", ",".join(e.datasets), "-n", str(e.n)]
     args += ["--max-new-tokens", str(e.max_new_tokens), "--temperature", str(e.temperature)]
     args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--dtype", e.dtype, "--out", str(out)]
+    if e.backend != "hf":
+        args += ["--backend", e.backend]
     for flag, value in (("--limit", e.limit), ("--few-shot", e.few_shot), ("--batch-size", e.batch_size)):
         if value is not None:
             args += [flag, str(value)]

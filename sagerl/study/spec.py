@@ -12,7 +12,7 @@ Layout (YAML)::
       datasets: [planted_common, planted_rare]
       n: 64                            # samples per problem: pass@k for k = 1, 2, 4, ..., n
       max_new_tokens: 24
-      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed, dtype
+      temperature: 1.0                 # also: top_p, limit, few_shot, batch_size, seed, dtype, backend
     seeds: [0, 1, 2]
     cells:
       - preset: grpo
@@ -99,7 +99,9 @@ EVAL_KEYS = {
     "batch_size",
     "seed",
     "dtype",
+    "backend",
 }
+EVAL_BACKENDS = ("hf", "vllm")
 NUMERIC_RANGES: dict[str, dict] = {
     "train.steps": dict(low=1, integer=True),
     "seeds": dict(low=0, high=2**32 - 1, integer=True),  # SAGEConfig's seed range (numpy's)
@@ -170,6 +172,8 @@ class EvalSettings:
     """Sampling seed of the evaluation (each sample's seed derives from it)."""
     dtype: str = "auto"
     """Compute precision of the evaluations: ``auto``, ``float32`` or ``bfloat16`` (:mod:`sagerl.precision`)."""
+    backend: str = "hf"
+    """The sampler of the evaluations: ``hf`` (transformers) or ``vllm`` (:mod:`sagerl.eval.vllm_backend`)."""
 
 
 @dataclass
@@ -368,6 +372,10 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     from sagerl.precision import check_dtype
 
     check_dtype(eval_settings.dtype, f"{source}: eval.dtype")
+    if eval_settings.backend not in EVAL_BACKENDS:
+        raise ConfigError(
+            f"{source}: eval.backend {eval_settings.backend!r}: choose one of {', '.join(EVAL_BACKENDS)}"
+        )
 
     seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
     builds = _builds(data.get("builds"), model, f"{source}: builds")
@@ -563,10 +571,12 @@ def load_study(path: str | Path) -> Study:
     return studies[0]
 
 
-def load_studies(path: str | Path) -> list[Study]:
+def load_studies(path: str | Path, *, check_models: bool = True) -> list[Study]:
     """Read and check a study YAML file: one :class:`Study`, or one per setting (:func:`parse_studies`),
-    each study's model included (:func:`sagerl.models.check_model`: a hub id is looked up when online and
-    refused offline unless cached; nothing is built or loaded).
+    each study's model included unless ``check_models`` is False (:func:`sagerl.models.check_model`: a hub
+    id is looked up when online and refused offline unless cached; nothing is built or loaded). ``sagerl
+    study --dry-run`` does not check them: its commands run where the models are (a GPU study's hub model,
+    printed on a CPU machine without it).
 
     Raises:
         SagerlError: the file cannot be read or is not YAML. ConfigError: see :func:`parse_studies`; or a
@@ -582,6 +592,8 @@ def load_studies(path: str | Path) -> list[Study]:
     except yaml.YAMLError as exc:
         raise SagerlError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
     studies = parse_studies(data, str(path))
+    if not check_models:
+        return studies
     from sagerl.errors import ModelLoadError
     from sagerl.models import check_model
 
