@@ -70,7 +70,7 @@ demo: setup
 # CPU), then the suites run one after another.
 test:
 	$(MAKE) --no-print-directory -j4 setup setup-verl setup-vllm setup-browser
-	$(BIN)/ruff check sagerl tests benchmarks constraints
+	$(BIN)/ruff check sagerl tests benchmarks constraints studies
 	$(MAKE) --no-print-directory ranges
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-verl
@@ -110,8 +110,8 @@ ranges: setup
 	$(BIN)/python constraints/resolve.py
 
 lint: setup
-	$(BIN)/ruff check sagerl tests benchmarks constraints
-	$(BIN)/ruff format --check sagerl tests benchmarks constraints
+	$(BIN)/ruff check sagerl tests benchmarks constraints studies
+	$(BIN)/ruff format --check sagerl tests benchmarks constraints studies
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) build site *.egg-info

@@ -3,7 +3,7 @@
 RL with group advantages learns only from *mixed* groups (some rollouts right, some wrong): a task the base
 model never or always solves gives GRPO nothing. For each variant (a set: one level, or levels 1-2; worked
 examples in the prompt: 0, 2 or 4; always the model's chat template) this samples ``-n`` completions for the
-first ``--problems`` held-out problems and prints a markdown table per variant:
+first ``--problems`` held-out problems and prints a markdown table, a row per variant:
 
 - sample accuracy (mean pass@1), pass@n (the share of problems solved at least once),
 - the share of mixed groups of ``--group`` rollouts (:func:`sagerl.eval.passk.mixed_group_share`),
@@ -21,7 +21,7 @@ import argparse
 import time
 from pathlib import Path
 
-DEFAULT_VARIANTS = "arith_l1:0,arith_l1:2,arith_l1:4,arith_l2:4,arith:4,arith_l3:4"
+DEFAULT_VARIANTS = "arith_l1:0,arith_l1:2,arith_l1:4,arith_l2:2,arith_l3:2"
 
 
 def parse_variants(text: str) -> list[tuple[str, int]]:
@@ -89,11 +89,16 @@ def main(argv: list[str] | None = None) -> None:
         row = {"set": dataset, "worked examples": shots, **variant_row(folder, dataset, args.group)}
         row["time (s)"] = time.perf_counter() - start
         rows.append(row)
-        print(f"{dataset} {shots}-shot: " + ", ".join(f"{k} {v:.3g}" for k, v in list(row.items())[2:]), flush=True)
+        print(
+            f"{dataset} {shots}-shot: " + ", ".join(f"{k} {v:.3g}" for k, v in list(row.items())[2:]),
+            flush=True,
+        )
     keys = list(rows[0])
     print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
-        cells = [v if isinstance(v, str | int) else f"{v:.3f}" if v < 10 else f"{v:.0f}" for v in row.values()]
+        cells = [
+            v if isinstance(v, str | int) else f"{v:.3f}" if v < 10 else f"{v:.0f}" for v in row.values()
+        ]
         print("| " + " | ".join(str(c) for c in cells) + " |")
 
 

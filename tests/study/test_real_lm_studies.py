@@ -33,7 +33,8 @@ def test_gpu_study_prints_a_train_and_an_eval_command_per_run(capsys):
     assert set(study.eval.datasets) == {"math500", "aime24", "aime25", "amc23"}
     assert len(study.cell_names) >= 5 and len({c.seed for c in study.cells}) >= 3
     lines = dry_run_lines(GPU_STUDY, capsys)
-    assert len(lines) == 1 + 2 * len(study.cells) + 1  # the base model's eval, (train, eval) per run, aggregate
+    # the base model's eval, then (train, eval) per run, then the aggregate
+    assert len(lines) == 1 + 2 * len(study.cells) + 1
     assert lines[0].startswith("OMP_NUM_THREADS=8 sagerl eval --model Qwen/Qwen2.5-Math-1.5B")
     assert all(line.endswith("--backend vllm") for line in lines[:-1] if " sagerl eval " in f" {line}")
 
