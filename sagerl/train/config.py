@@ -351,6 +351,15 @@ class SAGEConfig(GRPOConfig):
             "TRL's per-row forward elsewhere, or when False."
         },
     )
+    share_generation_prefix: bool = field(
+        default=False,
+        metadata={
+            "help": "Prefill each distinct prompt once for all its rollouts when transformers generates them (the "
+            "cache repeated per rollout, generate continuing from it): the same rollouts up to float rounding "
+            "of the logits, G - 1 fewer prompt prefills per group. Off by default, so runs recorded before it "
+            "reproduce; transformers' generate only (not vLLM), text only, the default dynamic cache."
+        },
+    )
     w_reinforce_lambda: float = field(
         default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
     )

@@ -263,8 +263,99 @@ class SAGETrainer(GRPOTrainer):
         float32)."""
         if self.args.bf16 and not self.use_vllm and self.accelerator.device.type == "cpu":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                return super()._generate_single_turn(*args, **kwargs)
-        return super()._generate_single_turn(*args, **kwargs)
+                return self._generate_rollouts(*args, **kwargs)
+        return self._generate_rollouts(*args, **kwargs)
+
+    def _generate_rollouts(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        """TRL's rollout, or, with ``share_generation_prefix``, :meth:`_generate_with_shared_prefix`."""
+        if self._shares_generation_prefix(prompt_ids, images, multimodal_fields):
+            return self._generate_with_shared_prefix(prompt_ids)
+        return super()._generate_single_turn(
+            prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+        )
+
+    def _shares_generation_prefix(self, prompt_ids, images, multimodal_fields) -> bool:
+        """Whether this rollout can prefill each distinct prompt once: ``share_generation_prefix``, transformers'
+        ``generate`` (not vLLM, not continuous batching) with its default dynamic cache, text only, and at least
+        two rows with the same prompt."""
+        return bool(
+            self.args.share_generation_prefix
+            and not self.use_vllm
+            and not getattr(self, "use_transformers_continuous_batching", False)
+            and self.args.cache_implementation is None
+            and not images
+            and not multimodal_fields
+            and len({tuple(ids) for ids in prompt_ids}) < len(prompt_ids)
+        )
+
+    def _generate_with_shared_prefix(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], None]:
+        """Rollouts with transformers' ``generate``, each distinct prompt prefilled once for all its rows.
+
+        The rows are left-padded as TRL pads them; the distinct rows' tokens but the last run through the model
+        once, their key/value cache is repeated for every row of the same prompt (by index), and ``generate``
+        continues from that cache over the whole batch: it feeds the last prompt token of each row and samples
+        as it would have from scratch (the same logits processors, the same random draws in the same order),
+        so the completions are TRL's up to float rounding of the logits (tests/train/test_shared_prefix.py).
+        A group of G rollouts of a P-token prompt prefills P - 1 + G token positions instead of G·P.
+
+        Returns TRL's ``(completion_ids, logprobs)``: per row the completion's token ids up to and including the
+        first end-of-sequence token, and None (transformers reports no sampling log-probs).
+        """
+        from trl.models import unwrap_model_for_generation
+        from trl.trainer.utils import pad
+
+        from sagerl.eval.samplers import cache_argument, output_cache
+
+        device = self.accelerator.device
+        rows = [torch.tensor(ids) for ids in prompt_ids]
+        ids = pad(
+            rows,
+            padding_value=self._tokenizer.pad_token_id,
+            padding_side="left",
+            pad_to_multiple_of=self.pad_to_multiple_of,
+        ).to(device)
+        mask = pad(
+            [torch.ones_like(r) for r in rows],
+            padding_value=0,
+            padding_side="left",
+            pad_to_multiple_of=self.pad_to_multiple_of,
+        ).to(device)
+        slot: dict[tuple[int, ...], int] = {}
+        row_slot = torch.tensor([slot.setdefault(tuple(r), len(slot)) for r in prompt_ids], device=device)
+        first = torch.tensor([row_slot.tolist().index(i) for i in range(len(slot))], device=device)
+        prefix, prefix_mask = ids[first, :-1], mask[first, :-1]
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            key = cache_argument(model)
+            # no position ids: the model counts positions from 0 over the padded row, as transformers' generate
+            # does in every step after this prefill (the cache and the steps must agree on them)
+            inputs = dict(input_ids=prefix, attention_mask=prefix_mask, use_cache=True)
+            try:  # the cache is what is needed: logits at the last position only
+                out = model(**inputs, logits_to_keep=1)
+            except TypeError:  # a forward without logits_to_keep
+                out = model(**inputs)
+            cache = output_cache(out)
+            cache.batch_select_indices(row_slot)
+            sequences = model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=self.generation_config, **{key: cache}
+            )
+        completions = sequences[:, ids.size(1) :].cpu()
+        eos = torch.tensor(self.eos_token_ids)
+        out_ids = []
+        for row in completions:
+            hits = torch.isin(row, eos).nonzero()
+            end = int(hits[0]) + 1 if len(hits) else row.size(0)
+            out_ids.append(row[:end].tolist())
+        return out_ids, None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

@@ -87,3 +87,56 @@ def test_rows_without_a_shared_prompt_and_the_switch_use_trls_forward(tiny_model
     assert trainer._shared_prefix_logps(trainer.model, ids, mask, width, None, False, {}) is None
     trainer.args.share_prompt_prefix = True
     assert trainer._shared_prefix_logps(trainer.model, ids, mask, width, None, False, {}) is not None
+
+
+def _prompt_ids(tokenizer) -> list[list[int]]:
+    """Two prompts of different lengths, each GROUP times in a row, as TRL lays out a rollout batch."""
+    prompts = [tokenizer("What is 2 + 3? Answer:")["input_ids"], tokenizer("7 - 4 =")["input_ids"]]
+    return [p for p in prompts for _ in range(GROUP)]
+
+
+def test_shared_generation_prefix_gives_trls_rollouts_with_one_prefill_per_prompt(tiny_model, tmp_path):
+    """The same seed gives the same completions with and without ``share_generation_prefix`` (the random draws
+    are the same, the logits equal up to rounding), cut after the same end-of-sequence token, and the shared
+    run prefills each prompt once."""
+    trainer, _ = make_trainer(tiny_model, tmp_path, max_completion_length=12)
+    prompt_ids = _prompt_ids(trainer.processing_class)
+
+    def rollouts(share: bool) -> tuple[list[list[int]], list[int]]:
+        trainer.args.share_generation_prefix = share
+        positions: list[int] = []
+        forward = trainer.model.forward
+
+        def counting(*a, **k):
+            positions.append(k["input_ids"].numel())
+            return forward(*a, **k)
+
+        trainer.model.forward = counting
+        try:
+            torch.manual_seed(7)
+            return trainer._generate_single_turn(prompt_ids, None, {}, GROUP)[0], positions
+        finally:
+            trainer.model.forward = forward
+
+    # the random tiny model never samples its end-of-sequence token: make the 4th token of the first rollout one
+    stop = rollouts(False)[0][0][3]
+    trainer.eos_token_ids = [stop]
+    trainer.generation_config.eos_token_id = [stop]
+    (plain, plain_positions), (shared, shared_positions) = rollouts(False), rollouts(True)
+    assert shared == plain
+    assert len(plain[0]) == 4 and plain[0][-1] == stop  # cut after the first end-of-sequence token, kept
+    width = max(map(len, prompt_ids))
+    assert plain_positions[0] == len(prompt_ids) * width  # TRL: every row's whole prompt
+    assert shared_positions[0] == 2 * (width - 1)  # shared: each distinct prompt once, but its last token
+    assert shared_positions[1] == len(prompt_ids)  # then the last prompt token of every row
+
+
+def test_generation_prefix_sharing_applies_to_repeated_text_prompts_only(tiny_model, tmp_path):
+    trainer, _ = make_trainer(tiny_model, tmp_path, share_generation_prefix=True)
+    prompt_ids = _prompt_ids(trainer.processing_class)
+    assert trainer._shares_generation_prefix(prompt_ids, None, {})
+    assert not trainer._shares_generation_prefix(prompt_ids[::GROUP], None, {})  # nothing repeats
+    assert not trainer._shares_generation_prefix(prompt_ids, [[object()]], {})  # images
+    assert not trainer._shares_generation_prefix(prompt_ids, None, {"pixel_values": torch.ones(1)})
+    trainer.args.share_generation_prefix = False
+    assert not trainer._shares_generation_prefix(prompt_ids, None, {})

@@ -156,3 +156,30 @@ def test_trl_helpers_used_for_the_entropy_and_off_policy_options_exist():
     init = inspect.getsource(GRPOTrainer.__init__)
     for name in ("_entropy_bonus_enabled", "_last_world_entropy", "_entropy_window_stats", "entropy_coef"):
         assert f"self.{name} =" in init, name
+
+
+def test_what_the_shared_generation_prefix_reads_of_trls_rollout():
+    """``share_generation_prefix`` replaces the transformers branch of ``_generate_single_turn`` and reads the
+    trainer state that branch reads: its signature, return value and the attributes below."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    assert _params(GRPOTrainer._generate_single_turn)[:5] == [
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+    ]
+    source = inspect.getsource(GRPOTrainer._generate_single_turn)
+    assert "return completion_ids, logprobs" in source
+    for use in (
+        "self.use_transformers_continuous_batching",
+        "pad_to_multiple_of=self.pad_to_multiple_of",
+        "generation_kwargs=self.generation_kwargs",
+        "self._dist.summon_full_params(self.model_wrapped, recurse=False)",
+        "generation_config=self.generation_config",
+        "self.eos_token_ids",
+    ):
+        assert use in source, use
