@@ -19,10 +19,11 @@ forward. Each part's FLOP rate is reported against the machine's measured bf16 a
 (``torch.matmul`` of 4096×576 @ 576×1536, this model's shapes), so a part far below the peak is overhead-
 bound, not compute-bound.
 
-Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32,bfloat16] [--rounds
-2]`` (``-noshare``: with ``share_prompt_prefix=False``, the forward passes as TRL runs them); the first step of
-each child is a warm-up and is left out; the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow
-each other about tenfold). Prints a markdown table per dtype and the bf16/fp32 step-time ratio.
+Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32-nogen,float32]
+[--rounds 2]`` (``-noshare``: TRL's forward passes, neither prefix shared; ``-nogen``: the log-prob passes
+shared, the rollouts' prefill not); the first step of each child is a warm-up and is left out; the ratios are
+to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
+Prints a markdown table per variant and the step-time ratios.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def matmul_peak(dtype: str, seconds: float = 1.0) -> float:
 
 
 def child(variant: str, steps: int, out: str) -> dict:
-    """Train ``steps`` demo steps of ``variant`` (a dtype, ``-noshare`` for ``share_prompt_prefix=False``) in
-    this process; return per-step part times and token counts."""
+    """Train ``steps`` demo steps of ``variant`` in this process; return per-step part times and token counts.
+    ``variant``: a dtype, alone (the demo's settings: ``share_prompt_prefix`` and ``share_generation_prefix``
+    on), with ``-nogen`` (the log-prob passes shared, the rollouts' prefill not) or ``-noshare`` (neither:
+    TRL's forward passes)."""
     import torch
 
     from sagerl.demo import LEARNING_RATE, MAX_NEW_TOKENS, PRESET, train_overrides
@@ -75,7 +78,10 @@ def child(variant: str, steps: int, out: str) -> dict:
 
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
+    if option not in ("", "nogen", "noshare"):
+        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen or -noshare")
     overrides["share_prompt_prefix"] = option != "noshare"
+    overrides["share_generation_prefix"] = option == ""
     overrides.update(save_strategy="no", report_to="none")
     resolved = resolve_config(PRESET, overrides)
     args = build_trainer_config(resolved, out)
@@ -191,7 +197,8 @@ def main() -> None:
     parser.add_argument(
         "--dtypes",
         default="float32,bfloat16",
-        help="variants: a dtype, with -noshare for share_prompt_prefix=False (float32-noshare: before both)",
+        help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off) or -noshare "
+        "(share_prompt_prefix off too: TRL's forward passes)",
     )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
     args = parser.parse_args()

@@ -274,6 +274,19 @@ def test_arithmetic_rejects_bad_arguments() -> None:
         make_arithmetic_problems(-1, seed=0)
 
 
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_each_level_has_a_held_out_set_and_a_disjoint_training_set(level) -> None:
+    held_out = load_problems(f"arith_l{level}")
+    train = load_problems(f"arith_l{level}_train", limit=2000)
+    assert len(held_out) == 500 and len(train) == 2000
+    assert {p.meta["level"] for p in held_out + train} == {level}
+    assert {p.dataset for p in held_out} == {f"arith_l{level}"}
+    assert {p.meta["split"] for p in held_out} == {"eval"} and {p.meta["split"] for p in train} == {"train"}
+    assert not {p.meta["expression"] for p in held_out} & {p.meta["expression"] for p in train}
+    assert default_few_shot(f"arith_l{level}") == default_few_shot(f"arith_l{level}_train") == 4
+    assert DATASETS[f"arith_l{level}_train"].train and not DATASETS[f"arith_l{level}"].train
+
+
 def test_arith_and_arith_train_are_disjoint() -> None:
     held_out = load_problems("arith")
     train = load_problems("arith_train", limit=5000)

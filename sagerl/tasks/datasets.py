@@ -1,8 +1,8 @@
 """Datasets: the registry of named sets, and loading from a JSONL file, a data folder or the Hugging Face hub.
 
 Named sets (:data:`DATASETS`): evaluation sets ``math500``, ``aime24``, ``aime25``, ``amc23``, ``gsm8k``,
-``kk``, ``arith``; training sets ``gsm8k_train``, ``math_train``, ``math_lvl3to5``, ``kk_train``,
-``arith_train``. Files follow the data README: one JSON object per line with ``id``, ``problem`` and
+``kk``, ``arith``, ``arith_l1``, ``arith_l2``, ``arith_l3``; training sets ``gsm8k_train``, ``math_train``,
+``math_lvl3to5``, ``kk_train``, ``arith_train``, ``arith_l1_train``, ``arith_l2_train``, ``arith_l3_train``. Files follow the data README: one JSON object per line with ``id``, ``problem`` and
 ``answer`` (other fields go to :attr:`Problem.meta`).
 
 The hub sources recorded here (:class:`HubSource`) follow the public dataset cards and the loaders of the
