@@ -96,6 +96,7 @@ def eval_metrics(eval_dir: Path, reference: Any | None) -> dict[str, float]:
         support = support_taxonomy(reference, run)
         for name, entry in [*support["datasets"].items(), ("total", support["total"])]:
             counts = entry["counts"]
+            metrics[f"_problems/{name}"] = entry["num_problems"]  # the upper end of the count metrics' range
             metrics[f"solved/{name}"] = counts["preserved"] + counts["expanded"]
             for category in ("preserved", "expanded", "shrunk"):
                 metrics[f"{category}/{name}"] = counts[category]
@@ -107,6 +108,26 @@ def eval_metrics(eval_dir: Path, reference: Any | None) -> dict[str, float]:
     return metrics
 
 
+COUNTS = ("solved/", "preserved/", "expanded/", "shrunk/")
+"""Metrics that count problems of a dataset (their intervals are cut to [0, the dataset's problems])."""
+
+
+def _count_bound(key: str, per_run: Mapping[str, Mapping[str, Any]]) -> float:
+    """The upper end of a metric's range: the number of problems for a count of ``COUNTS`` (``_problems/<name>``
+    of the runs, ``/total`` their sum), infinity otherwise (or when the runs do not record it)."""
+    if not key.startswith(COUNTS):
+        return math.inf
+    name = key.split("/", 1)[1]
+    sizes = [
+        sum(v for k, v in m.items() if k.startswith("_problems/"))
+        if name == "total"
+        else m.get(f"_problems/{name}")
+        for m in per_run.values()
+    ]
+    sizes = [s for s in sizes if s]
+    return float(max(sizes)) if sizes else math.inf
+
+
 def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per metric key: mean and 95% CI pooled over the runs (:func:`pooled_interval`), and the values."""
     keys = sorted({k for m in per_run.values() for k in m if not k.startswith("_")})
@@ -114,7 +135,7 @@ def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     for key in keys:
         missing = 0.0 if key.startswith(("strategy/", "strategy_correct/")) else math.nan  # unseen: share 0
         values = {run: m.get(key, missing) for run, m in per_run.items()}
-        bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, math.inf)
+        bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, _count_bound(key, per_run))
         mean, lo, hi = pooled_interval(values, *bounds)
         summary[key] = {"mean": mean, "ci": [lo, hi], "values": list(values.values())}
     return summary

@@ -161,3 +161,29 @@ def test_jobs_and_the_parents_threads_do_not_change_a_run(tmp_path):
     assert (serial / "table.md").read_text() == (parallel / "table.md").read_text()
     with pytest.raises(ConfigError, match="jobs=0: give a positive number"):
         run_study(s, parallel, jobs=0)
+
+
+def test_a_count_of_problems_has_its_interval_cut_to_the_dataset_size():
+    """Rare solved of 64 problems on 3 builds at 64, 64 and 22 (the pareto study's rs-grpo@4 had an upper end
+    of 97.6 of 64): the t interval over the build means, cut to [0, 64]; the total to the sum of the sets."""
+    from sagerl.study.table import _summary
+
+    def run(solved):
+        return {
+            "solved/rare": solved,
+            "_problems/rare": 64,
+            "solved/common": 64,
+            "_problems/common": 64,
+            "solved/total": solved + 64,
+            "pass@1/rare": 0.5,
+        }
+
+    per_run = {"b1/0": run(64), "b2/0": run(64), "b3/0": run(22)}
+    summary = _summary(per_run)
+    mean, lo, hi = t_interval([64.0, 64.0, 22.0])
+    assert hi > 64 and summary["solved/rare"]["ci"] == [max(lo, 0.0), 64.0] and summary["solved/rare"]["mean"] == mean
+    assert summary["solved/total"]["ci"][1] == 128.0
+    assert "_problems/rare" not in summary  # the sizes are not metrics
+    # runs that do not record their sizes (older study folders) keep the interval uncut above
+    old = {k: {m: v for m, v in r.items() if not m.startswith("_")} for k, r in per_run.items()}
+    assert _summary(old)["solved/rare"]["ci"][1] == hi
