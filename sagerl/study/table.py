@@ -114,14 +114,14 @@ COUNTS = ("solved/", "preserved/", "expanded/", "shrunk/")
 
 def _count_bound(key: str, per_run: Mapping[str, Mapping[str, Any]]) -> float:
     """The upper end of a metric's range: the number of problems for a count of ``COUNTS`` (``_problems/<name>``
-    of the runs, ``/total`` their sum), infinity otherwise (or when the runs do not record it)."""
+    of the runs; ``/total``: the runs' ``_problems/total``, or the sum of the sets'), infinity otherwise (or when
+    the runs do not record it)."""
     if not key.startswith(COUNTS):
         return math.inf
     name = key.split("/", 1)[1]
     sizes = [
-        sum(v for k, v in m.items() if k.startswith("_problems/"))
-        if name == "total"
-        else m.get(f"_problems/{name}")
+        m.get(f"_problems/{name}")
+        or (sum(v for k, v in m.items() if k.startswith("_problems/")) if name == "total" else None)
         for m in per_run.values()
     ]
     sizes = [s for s in sizes if s]

@@ -181,9 +181,16 @@ def test_a_count_of_problems_has_its_interval_cut_to_the_dataset_size():
     per_run = {"b1/0": run(64), "b2/0": run(64), "b3/0": run(22)}
     summary = _summary(per_run)
     mean, lo, hi = t_interval([64.0, 64.0, 22.0])
-    assert hi > 64 and summary["solved/rare"]["ci"] == [max(lo, 0.0), 64.0] and summary["solved/rare"]["mean"] == mean
+    assert (
+        hi > 64
+        and summary["solved/rare"]["ci"] == [max(lo, 0.0), 64.0]
+        and summary["solved/rare"]["mean"] == mean
+    )
     assert summary["solved/total"]["ci"][1] == 128.0
     assert "_problems/rare" not in summary  # the sizes are not metrics
+    # as eval_metrics records them: the total's size beside the sets' (not added to them)
+    recorded = {k: {**r, "_problems/total": 128} for k, r in per_run.items()}
+    assert _summary(recorded)["solved/total"]["ci"][1] == 128.0
     # runs that do not record their sizes (older study folders) keep the interval uncut above
     old = {k: {m: v for m, v in r.items() if not m.startswith("_")} for k, r in per_run.items()}
     assert _summary(old)["solved/rare"]["ci"][1] == hi
