@@ -65,7 +65,7 @@ def matmul_peak(dtype: str, seconds: float = 1.0) -> float:
 
 def child(variant: str, steps: int, out: str) -> dict:
     """Train ``steps`` demo steps of ``variant`` in this process; return per-step part times and token counts.
-    ``variant``: a dtype, alone (the demo's settings: ``share_prompt_prefix`` and ``share_generation_prefix``
+    ``variant``: a dtype, alone (the demo's configuration with ``share_prompt_prefix`` and ``share_generation_prefix``
     on), with ``-nogen`` (the log-prob passes shared, the rollouts' prefill not) or ``-noshare`` (neither:
     TRL's forward passes)."""
     import torch
