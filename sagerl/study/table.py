@@ -114,17 +114,11 @@ COUNTS = ("solved/", "preserved/", "expanded/", "shrunk/")
 
 def _count_bound(key: str, per_run: Mapping[str, Mapping[str, Any]]) -> float:
     """The upper end of a metric's range: the number of problems for a count of ``COUNTS`` (``_problems/<name>``
-    of the runs; ``/total``: the runs' ``_problems/total``, or the sum of the sets'), infinity otherwise (or when
-    the runs do not record it)."""
+    of the runs, ``/total`` included), infinity otherwise (or when the runs do not record it)."""
     if not key.startswith(COUNTS):
         return math.inf
     name = key.split("/", 1)[1]
-    sizes = [
-        m.get(f"_problems/{name}")
-        or (sum(v for k, v in m.items() if k.startswith("_problems/")) if name == "total" else None)
-        for m in per_run.values()
-    ]
-    sizes = [s for s in sizes if s]
+    sizes = [s for m in per_run.values() if (s := m.get(f"_problems/{name}"))]
     return float(max(sizes)) if sizes else math.inf
 
 
