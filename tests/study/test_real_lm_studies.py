@@ -15,12 +15,13 @@ from sagerl.study.spec import load_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_STUDY = ROOT / "studies" / "gpu" / "qwen-math.yaml"
+CPU_STUDY = ROOT / "studies" / "smollm2.yaml"
 
 
 def dry_run_lines(path: Path, capsys) -> list[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 asked for on a CPU without bf16 units: the GPU study's setting
-        main(["study", str(path), "--dry-run", "--out", "runs/study-qwen-math"])
+        main(["study", str(path), "--dry-run", "--out", f"runs/study-{path.stem}"])
     return capsys.readouterr().out.strip().splitlines()
 
 
@@ -79,3 +80,32 @@ def test_every_printed_command_parses_and_passes_the_checks_before_the_model(cap
             capsys.readouterr()
     assert len(seen_presets) >= 5
     assert calls and all(kw["backend"] == "vllm" and kw["n"] == 256 for _, kw in calls)
+
+
+def test_cpu_study_has_the_issues_cells_seeds_and_evaluation_size(capsys, monkeypatch):
+    """studies/smollm2.yaml: GRPO, the paper's branch guide, PKPO, Pass@k Training and the frontier's best
+    (PKPO, k annealed by a cosine), 3 seeds, >= 64 held-out problems x >= 32 samples on the calibrated task
+    (2 worked examples, 64 new tokens); every train line it prints resolves its config."""
+    import sagerl.train.run
+
+    (study,) = load_studies(CPU_STUDY, check_models=False)
+    assert study.dataset == "arith_l1_train" and study.eval.datasets == ["arith_l1"]
+    assert study.eval.limit >= 64 and study.eval.n >= 32 and study.eval.few_shot == 2
+    assert study.cell_names == ["grpo", "pkpo-anneal@cosine", "pkpo", "grpo+branch", "passk"]
+    assert sorted({c.seed for c in study.cells}) == [0, 1, 2]
+    lines = dry_run_lines(CPU_STUDY, capsys)
+    assert len(lines) == 1 + 2 * 15 + 1
+    monkeypatch.setattr(sagerl.train.run, "validate_model", lambda model: None)
+    seen = {}
+    for line in lines[1:-1]:
+        words = shlex.split(line)
+        assert words[0] == "OMP_NUM_THREADS=1" and words[1] == "sagerl"
+        if words[2] != "train" or words[words.index("--preset") + 1] in seen:
+            continue
+        main(words[2:] + ["--dry-run"])
+        config = capsys.readouterr().out
+        seen[words[words.index("--preset") + 1]] = config
+        assert "max_completion_length: 64" in config and "share_generation_prefix: true" in config
+        assert "learning_rate: 2.0e-05" in config
+    assert len(seen) == 5
+    assert "passk_k_schedule: cosine" in seen["pkpo-anneal"]
