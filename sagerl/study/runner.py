@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.determinism import fixed_threads
+from sagerl.determinism import fixed_threads, machine_record
 from sagerl.errors import ConfigError, first_line
 from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, reference_folder, study_folder
 from sagerl.study.spec import Cell, Study
@@ -211,6 +211,7 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     status: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "seed": cell.seed}
     status["overrides"] = cell.overrides
     status["settings"] = _recorded_settings(study, cell)
+    status["machine"] = machine_record()  # not a setting: a rerun elsewhere resumes, the table says so
     if cell.build is not None:
         status["build"] = cell.build
     started = time.perf_counter()

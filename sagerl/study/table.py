@@ -143,6 +143,65 @@ def _by_build(per_run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _machine_of_eval(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / "eval_config.json").read_text(encoding="utf-8")).get("machine")
+    except (OSError, ValueError):
+        return None
+
+
+def run_machines(study: Study, out: Path) -> list[dict[str, Any]]:
+    """The machines the study's finished runs ran on: ``[{"machine": record or None, "runs": [...]}]``, one
+    entry per distinct :func:`sagerl.determinism.machine_record` (``None``: a run written before sagerl
+    recorded it). A cell's machine is the one that finished it (``cell.json``), the reference's the one that
+    began its evaluation (``eval_config.json``). Float results differ between CPUs of other vector extensions
+    (another kernel, another reduction order), so runs from two machines are not one experiment."""
+    groups: list[dict[str, Any]] = []
+
+    def add(machine: dict[str, Any] | None, run: str) -> None:
+        for group in groups:
+            if group["machine"] == machine:
+                group["runs"].append(run)
+                return
+        groups.append({"machine": machine, "runs": [run]})
+
+    for build in study.builds or [None]:
+        folder = out / reference_folder(build)
+        if (folder / "results.json").is_file():
+            add(_machine_of_eval(folder), "reference" if build is None else f"reference {build}")
+    for cell in study.cells:
+        status = read_cell_status(out, cell)
+        if status is not None and status.get("status") == "ok":
+            machine = status.get("machine", _machine_of_eval(out / cell.folder / "eval"))
+            add(machine, f"{cell.name} {cell.run_key}")
+    return groups
+
+
+def machines_note(data: Mapping[str, Any]) -> str | None:
+    """A warning when the runs of ``study.json`` come from more than one machine (or some from an unrecorded
+    one), naming each machine and how many runs it holds; ``None`` when they all share one recorded machine."""
+    groups = data.get("run_machines") or []
+    if len(groups) <= 1 and all(g["machine"] is not None for g in groups):
+        return None
+
+    def name(machine: Mapping[str, Any] | None) -> str:
+        if machine is None:
+            return "unrecorded (run before sagerl recorded machines)"
+        isa = [f for f in machine.get("isa", []) if f.startswith(("amx", "avx512_bf16", "avx2", "avx512f"))]
+        return f"{machine.get('cpu')} ({', '.join(isa) or 'no AVX2'}; torch {machine.get('torch')})"
+
+    if len(groups) == 1:
+        return (
+            "no run records its machine (written before sagerl recorded it); study.json's machine is the "
+            "one that aggregated them, not necessarily the one that ran them"
+        )
+    shown = "; ".join(f"{len(g['runs'])} on {name(g['machine'])}" for g in groups)
+    return (
+        f"runs from {len(groups)} machines: {shown}. Float results differ between CPUs of other "
+        "vector extensions; compare runs of one machine (study.json: run_machines)"
+    )
+
+
 def collect(study: Study, out: Path) -> dict[str, Any]:
     """Every metric of every finished (cell, build, seed), the reference's (per build), and the cells'
     summaries (pooled over builds × seeds; per build in ``by_build``)."""
@@ -197,6 +256,7 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
             data["paired_more"] = [
                 paired_differences(cells, {"baseline": name, "metrics": metrics}) for name in more
             ]
+    data["run_machines"] = run_machines(study, out)
     data["total_time_s"] = round(
         sum(m.get("total_s", 0.0) for e in cells.values() for m in e["per_seed"].values()), 1
     )
@@ -306,6 +366,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
         for seed, error in entry["failed"].items():
             lines.append(f"| {name} (seed {seed}) | failed | {error} |" + " |" * (len(cols) - 1))
+    note = machines_note(data)
+    if note:
+        lines += ["", f"Note: {note}."]
     return "\n".join(lines) + "\n"
 
 
@@ -361,7 +424,8 @@ def render_terminal(data: Mapping[str, Any]):
         )
         failures += [f"failed: {name} seed {seed}: {error}" for seed, error in entry["failed"].items()]
     headers = ["runs" if data.get("builds") else "seeds", *(c[0] for c in cols)]
-    caption = "\n".join(failures) if failures else None
+    note = machines_note(data)
+    caption = "\n".join(failures + ([f"note: {note}"] if note else [])) or None
     over = "builds × seeds" if data.get("builds") else "seeds"
     title = f"{data['study']}: mean [95% CI over {over}]"
     return FittedTable(title, "cell", headers, rows, groups=[1, *_column_groups(cols)], caption=caption)

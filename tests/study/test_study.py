@@ -214,6 +214,23 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     assert sum("done before, skipped" in line for line in logs) == 3
     assert any(line.startswith("[4/4] broken seed 0: failed") for line in logs)
 
+    # every run records the machine that ran it; runs from two machines are flagged under the table
+    from sagerl.determinism import machine_record
+    from sagerl.study.table import write_study_table
+
+    here = machine_record()
+    assert data["run_machines"] == [
+        {"machine": here, "runs": ["reference", "grpo 0", "grpo 1", "grpo+branch@kl_placement=reward 0"]}
+    ]
+    assert "Note:" not in table
+    moved = out / "cells" / "grpo" / "seed-1" / "cell.json"
+    status = json.loads(moved.read_text())
+    moved.write_text(json.dumps({**status, "machine": {**here, "cpu": "Other CPU", "isa": ["amx_bf16"]}}))
+    data = write_study_table(load_study(path), out)
+    assert [len(g["runs"]) for g in data["run_machines"]] == [3, 1]
+    note = (out / "table.md").read_text().splitlines()[-1]
+    assert note.startswith("Note: runs from 2 machines: 3 on ") and "1 on Other CPU (amx_bf16; torch" in note
+
 
 def _finish(out, cell, status):
     folder = out / cell.folder
