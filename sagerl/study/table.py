@@ -503,6 +503,86 @@ def plot_passk(data: Mapping[str, Any], path: Path) -> Path:
         plt.close(fig)
 
 
+GAIN_PANELS = 24  # most (cell, dataset) panels of gain.png; a larger study has its numbers in study.json only
+
+
+def _reference_of(data: Mapping[str, Any], run_key: str) -> Mapping[str, Any]:
+    """The reference metrics a run is compared with: its build's, or the study's one reference."""
+    if data.get("reference_builds"):
+        return data["reference_builds"].get(str(build_of(run_key)), {})
+    return data.get("reference") or {}
+
+
+def run_gains(data: Mapping[str, Any], cell: str, dataset: str) -> dict[str, dict[int, float]]:
+    """pass@k(run) − pass@k(reference) in points, for every finished run of ``cell`` on ``dataset``:
+    ``{run key: {k: gain}}``, each run against its own build's reference; a run without a reference
+    pass@k of that k is left out at that k."""
+    gains: dict[str, dict[int, float]] = {}
+    for key, metrics in sorted(data["cells"][cell]["per_seed"].items(), key=lambda kv: _run_order(kv[0])):
+        ref = _reference_of(data, key)
+        row = {
+            k: 100 * (metrics[f"pass@{k}/{dataset}"] - ref[f"pass@{k}/{dataset}"])
+            for k in _ks(metrics, dataset)
+            if f"pass@{k}/{dataset}" in ref
+        }
+        if row:
+            gains[key] = row
+    return gains
+
+
+def plot_gain(data: Mapping[str, Any], path: Path) -> Path | None:
+    """``gain.png``: pass@k(run) − pass@k(reference) in points against k, one panel per (dataset, cell): a
+    thin line per run (seed, or build × seed), the mean over them thick, zero dashed. A run under zero at
+    large k solves fewer problems within k samples than the model it started from (the crossover of Yue et
+    al., 2025, "Does RL really incentivize reasoning capacity beyond the base model?"). ``None`` (nothing
+    written) without a reference, without finished runs, or with more than :data:`GAIN_PANELS` panels."""
+    from sagerl.eval.plots import _pyplot, _save
+
+    cells = {name: e for name, e in data["cells"].items() if e["per_seed"]}
+    datasets = list(data["datasets"])
+    if not cells or not (data.get("reference") or data.get("reference_builds")):
+        return None
+    if len(cells) * len(datasets) > GAIN_PANELS:
+        return None
+    plt = _pyplot()
+    ncol = min(len(cells), 5)
+    rows_per_ds = -(-len(cells) // ncol)
+    fig, axes = plt.subplots(
+        rows_per_ds * len(datasets),
+        ncol,
+        figsize=(2.6 * ncol, 2.4 * rows_per_ds * len(datasets)),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+    )
+    for d, ds in enumerate(datasets):
+        for i, name in enumerate(cells):
+            ax = axes[d * rows_per_ds + i // ncol][i % ncol]
+            curves = list(run_gains(data, name, ds).values())
+            for row in curves:
+                ax.plot(list(row), list(row.values()), color="tab:blue", alpha=0.35, linewidth=0.9)
+            common = sorted(set.intersection(*(set(row) for row in curves))) if curves else []
+            if common:
+                mean = [float(np.mean([row[k] for row in curves])) for k in common]
+                ax.plot(common, mean, color="tab:blue", marker="o", markersize=2.5, linewidth=2)
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(common)
+                ax.set_xticklabels([str(k) for k in common], fontsize=7)
+            ax.axhline(0.0, color="black", linestyle="--", linewidth=1)
+            ax.set_title(name if len(datasets) == 1 else f"{name} ({ds})", fontsize=9)
+            ax.grid(True, alpha=0.3)
+        for j in range(len(cells), rows_per_ds * ncol):
+            axes[d * rows_per_ds + j // ncol][j % ncol].axis("off")
+    for row in axes:
+        row[0].set_ylabel("gain (points)", fontsize=8)
+    fig.supxlabel("k (samples per problem)", fontsize=9)
+    fig.tight_layout()
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def plot_strategies(data: Mapping[str, Any], path: Path) -> Path:
     """Share of each strategy among all completions, per cell (mean over seeds, t-interval error bars)."""
     from sagerl.eval.plots import _pyplot, _save
@@ -567,7 +647,7 @@ def render_by_build(data: Mapping[str, Any], render) -> str:
 def write_study_table(study: Study, out: Path) -> dict[str, Any]:
     """Collect, then write ``study.json``, ``table.md`` (and ``paired.md``, ``paired-vs-NAME.md``, with builds
     ``table-by-build.md`` and ``paired-by-build.md``, with ``pareto`` ``frontier.md`` and ``pareto.png``),
-    ``passk.png`` and ``strategies.png``; returns the data."""
+    ``passk.png``, ``gain.png`` (:func:`plot_gain`) and ``strategies.png``; returns the data."""
     from sagerl.analysis.output import jsonable
 
     data = collect(study, out)
@@ -589,5 +669,7 @@ def write_study_table(study: Study, out: Path) -> dict[str, Any]:
             plot_pareto(data["pareto"], out / "pareto.png", data.get("reference"))
     if any(e["per_seed"] for e in data["cells"].values()):
         plot_passk(data, out / "passk.png")
+        if plot_gain(data, out / "gain.png") is None:
+            (out / "gain.png").unlink(missing_ok=True)  # not one from an earlier, smaller aggregate
         plot_strategies(data, out / "strategies.png")
     return data

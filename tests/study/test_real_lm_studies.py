@@ -109,3 +109,47 @@ def test_cpu_study_has_the_issues_cells_seeds_and_evaluation_size(capsys, monkey
         assert "learning_rate: 2.0e-05" in config
     assert len(seen) == 5
     assert "passk_k_schedule: cosine" in seen["pkpo-anneal"]
+
+
+def test_the_shipped_smollm2_results_rebuild_the_numbers_of_docs_real_lm(tmp_path, capsys):
+    """studies/results/smollm2.tar.gz (the study's 15 runs and base model, without weights) aggregates, with
+    ``--aggregate-only``, into the table docs/real-lm.md quotes: the values below are that page's."""
+    import json
+    import tarfile
+
+    with tarfile.open(ROOT / "studies" / "results" / "smollm2.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    out = tmp_path / "study-smollm2"
+    main(["study", str(CPU_STUDY), "--aggregate-only", "--out", str(out)])
+    assert "5 of 5 cells finished (15 of 15 runs: 5 cells x 3 seeds)" in capsys.readouterr().out
+    data = json.loads((out / "study.json").read_text())
+    ref, cells, paired = data["reference"], data["cells"], data["paired"]["cells"]
+
+    def mean(cell: str, key: str) -> float:
+        return round(100 * cells[cell]["summary"][key]["mean"], 1)
+
+    assert round(100 * ref["pass@1/arith_l1"], 1) == 22.1 and round(100 * ref["pass@32/arith_l1"], 1) == 81.2
+    assert ref["solved/total"] == 52
+    table = {c: [mean(c, f"pass@{k}/arith_l1") for k in (1, 8, 32)] for c in cells}
+    assert table == {
+        "grpo": [43.3, 78.4, 89.1],
+        "pkpo-anneal@cosine": [49.5, 83.3, 91.1],
+        "pkpo": [43.4, 76.4, 87.0],
+        "grpo+branch": [39.7, 69.4, 81.2],
+        "passk": [42.0, 82.4, 95.8],
+    }
+    assert cells["passk"]["summary"]["solved/total"]["mean"] == pytest.approx(61 + 1 / 3)
+    assert cells["passk"]["summary"]["shrunk/total"]["mean"] == pytest.approx(1.0)
+    anneal = paired["pkpo-anneal@cosine"]["pass@1/arith_l1"]
+    assert [round(100 * v, 1) for v in anneal["values"]] == [6.0, 6.2, 6.2]
+    assert 0 < anneal["ci"][0] < anneal["mean"] < anneal["ci"][1]  # the one interval that excludes zero
+    passk = paired["passk"]["pass@32/arith_l1"]
+    assert [round(100 * v, 1) for v in passk["values"]] == [4.7, 12.5, 3.1] and passk["ci"][0] < 0
+    # the one crossover: grpo+branch seed 2 solves fewer problems within 32 samples than the base model
+    crossing = [
+        (c, s) for c, e in cells.items() for s, m in e["per_seed"].items()
+        if m["pass@32/arith_l1"] < ref["pass@32/arith_l1"]
+    ]  # fmt: skip
+    assert crossing == [("grpo+branch", "2")]
+    assert cells["grpo+branch"]["per_seed"]["2"]["solved/total"] == 47
+    assert (out / "gain.png").stat().st_size > 0

@@ -208,6 +208,7 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     table = (out / "table.md").read_text()
     assert "| reference (before training) |" in table and "| broken (seed 0) | failed |" in table
     assert (out / "passk.png").stat().st_size > 0 and (out / "strategies.png").stat().st_size > 0
+    assert (out / "gain.png").stat().st_size > 0
 
     logs.clear()
     run_study(load_study(path), out, log=logs.append)  # rerun: finished cells are skipped, the failed retried
@@ -363,3 +364,17 @@ def test_every_numeric_setting_fails_outside_its_range_in_one_line(key):
             study(cells=[{"preset": "grpo"}], **_with_setting(key, value))
         message = str(info.value)
         assert message.startswith("grid.yaml") and message.endswith(f": {key}={value!r} must be {allowed}")
+
+
+def test_gain_figure_is_skipped_without_a_reference_or_with_too_many_panels(tmp_path):
+    from sagerl.study.table import GAIN_PANELS, plot_gain
+
+    run = {"pass@1/d": 0.5, "pass@2/d": 0.7}
+    cells = {f"c{i}": {"per_seed": {"0": run}} for i in range(GAIN_PANELS + 1)}
+    assert plot_gain({"datasets": ["d"], "cells": cells, "reference": None}, tmp_path / "a.png") is None
+    data = {"datasets": ["d"], "cells": cells, "reference": {"pass@1/d": 0.2, "pass@2/d": 0.4}}
+    assert plot_gain(data, tmp_path / "b.png") is None and not (tmp_path / "b.png").exists()
+    few = {**data, "cells": dict(list(cells.items())[:2])}
+    assert (
+        plot_gain(few, tmp_path / "c.png") == tmp_path / "c.png" and (tmp_path / "c.png").stat().st_size > 0
+    )

@@ -135,6 +135,15 @@ def test_a_study_on_two_builds_end_to_end(tmp_path):
     by_build = (out / "table-by-build.md").read_text()
     assert by_build.startswith("## b1\n") and "\n## b2\n" in by_build and "| grpo | 1 |" in by_build
     assert (out / "paired-by-build.md").read_text().count("| pkpo | 1 |") == 2
+    # gain.png's values: each run against its own build's reference
+    from sagerl.study.table import run_gains
+
+    gains = run_gains(data, "pkpo", "planted_rare")
+    assert sorted(gains) == ["b1/0", "b2/0"]
+    for key in gains:
+        run, ref = data["cells"]["pkpo"]["per_seed"][key], data["reference_builds"][key.split("/")[0]]
+        assert gains[key][2] == pytest.approx(100 * (run["pass@2/planted_rare"] - ref["pass@2/planted_rare"]))
+    assert (out / "gain.png").stat().st_size > 0
 
 
 def test_jobs_and_the_parents_threads_do_not_change_a_run(tmp_path):
