@@ -8,8 +8,12 @@ it: the planted models' builds (:mod:`sagerl.tasks.planted_model`, 1 thread) and
 (``threads`` of the study file, 1 by default), whether it runs alone or in a worker of ``--jobs N``.
 
 What this guarantees: the same bytes on the same kind of machine (CPU model, torch build) with the same
-thread count. Not across CPUs: another instruction set (AVX2 instead of AVX-512/AMX) selects other kernels,
-which round differently.
+thread count and dtype. Not across CPUs: another instruction set (AVX2 instead of AVX-512/AMX) selects other
+kernels, which round differently, and ``dtype: auto`` resolves to bfloat16 on a CPU with bfloat16 units,
+float32 elsewhere (:mod:`sagerl.precision`). A CPU with more extensions can run the kernels of one with
+fewer: ``SAGERL_DTYPE=float32 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``
+on an AVX-512 EPYC gave the SmolLM2 evaluation an AVX2-only EPYC gave, to every printed digit
+(docs/real-lm.md#reproduction-the-same-machine-and-another); :func:`machine_record` records which kernels ran.
 """
 
 from __future__ import annotations
@@ -58,9 +62,10 @@ def deterministic(threads: int = 1) -> Iterator[None]:
 
 
 def machine_record() -> dict[str, Any]:
-    """What a run's bytes depend on besides its inputs and thread count: the CPU, its vector and matrix
-    extensions (``avx*``, ``amx*``, ``fma``, from ``/proc/cpuinfo`` where there is one), the torch and
-    transformers versions."""
+    """What a run's bytes depend on besides its inputs, thread count and dtype: the CPU, its vector and
+    matrix extensions (``avx*``, ``amx*``, ``fma``, from ``/proc/cpuinfo`` where there is one), the kernels
+    torch dispatches to (``kernels``: ``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX512``, or
+    ``AVX2`` under ``ATEN_CPU_CAPABILITY=avx2``), the torch and transformers versions."""
     import torch
     import transformers
 
@@ -79,6 +84,7 @@ def machine_record() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "isa": flags,
+        "kernels": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

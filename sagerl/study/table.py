@@ -188,7 +188,8 @@ def machines_note(data: Mapping[str, Any]) -> str | None:
         if machine is None:
             return "unrecorded (run before sagerl recorded machines)"
         isa = [f for f in machine.get("isa", []) if f.startswith(("amx", "avx512_bf16", "avx2", "avx512f"))]
-        return f"{machine.get('cpu')} ({', '.join(isa) or 'no AVX2'}; torch {machine.get('torch')})"
+        kernels = f"; {machine['kernels']} kernels" if machine.get("kernels") else ""
+        return f"{machine.get('cpu')} ({', '.join(isa) or 'no AVX2'}{kernels}; torch {machine.get('torch')})"
 
     if len(groups) == 1:
         return (

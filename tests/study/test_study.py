@@ -230,7 +230,8 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     data = write_study_table(load_study(path), out)
     assert [len(g["runs"]) for g in data["run_machines"]] == [3, 1]
     note = (out / "table.md").read_text().splitlines()[-1]
-    assert note.startswith("Note: runs from 2 machines: 3 on ") and "1 on Other CPU (amx_bf16; torch" in note
+    assert note.startswith("Note: runs from 2 machines: 3 on ") and "1 on Other CPU (amx_bf16; " in note
+    assert f"; {here['kernels']} kernels; torch" in note
 
 
 def _finish(out, cell, status):
@@ -378,3 +379,16 @@ def test_gain_figure_is_skipped_without_a_reference_or_with_too_many_panels(tmp_
     assert (
         plot_gain(few, tmp_path / "c.png") == tmp_path / "c.png" and (tmp_path / "c.png").stat().st_size > 0
     )
+
+
+def test_machine_record_names_the_kernels_torch_runs():
+    """``kernels`` is what torch dispatches to, so a run with its kernels capped (``ATEN_CPU_CAPABILITY``)
+    is told apart from a native one on the same CPU."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from sagerl.determinism import machine_record; print(machine_record()['kernels'])"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "DEFAULT"
