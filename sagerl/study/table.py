@@ -144,8 +144,10 @@ def _by_build(per_run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _machine_of_eval(folder: Path) -> dict[str, Any] | None:
+    from sagerl.eval.samples import CONFIG_FILE
+
     try:
-        return json.loads((folder / "eval_config.json").read_text(encoding="utf-8")).get("machine")
+        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("machine")
     except (OSError, ValueError):
         return None
 
