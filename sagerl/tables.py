@@ -36,12 +36,15 @@ GAP = "   "
 
 @dataclass(frozen=True)
 class Estimate:
-    """A value with an optional 95% interval, printed with ``digits`` decimals (in the caller's units)."""
+    """A value with an optional 95% interval, printed with ``digits`` decimals (in the caller's units);
+    ``undefined``: the interval is undefined (one run), printed ``[n/a]``; ``mark`` follows the value."""
 
     value: float | None
     low: float | None = None
     high: float | None = None
     digits: int = 1
+    undefined: bool = False
+    mark: str = ""
 
     @property
     def has_interval(self) -> bool:
@@ -55,9 +58,11 @@ class Estimate:
     def value_text(self) -> str:
         if self.value is None or math.isnan(self.value):
             return "—"
-        return f"{self.value:.{self.digits}f}"
+        return f"{self.value:.{self.digits}f}{self.mark}"
 
     def interval_text(self) -> str:
+        if self.undefined:
+            return "[n/a]"
         return f"[{self.low:.{self.digits}f}, {self.high:.{self.digits}f}]" if self.has_interval else ""
 
 

@@ -3,8 +3,11 @@
 A study whose file names two axes (``pareto: {x: solved/planted_rare, y: pass@1/planted_common}``; both are
 maximised) gets ``frontier.md`` and ``pareto.png`` beside its table. Cell A **dominates** cell B when A's paired
 differences to B (A − B on the same run: seed, or build and seed; pooled as :func:`sagerl.study.statistics.
-paired_differences` pools them) have a mean ≥ 0 on both axes and a 95% CI entirely above 0 on at least one. The
-frontier is the cells no other cell dominates. A pair of cells that share no run is never compared.
+paired_differences` pools them) have a mean ≥ 0 on both axes and a 95% CI entirely above 0 on at least one,
+over at least 2 paired runs on each axis (:data:`sagerl.study.statistics.MIN_PAIRED_RUNS`): one paired run has
+no interval, and taking it as evidence would let any positive difference of one seed, or of one shared run,
+dominate. The frontier is the cells no other cell dominates. A pair of cells that share fewer runs is never
+compared; :func:`sagerl.study.spec.parse_study` refuses a ``pareto:`` study whose cells could not share two.
 
 Pairing matters: the cells of a study start each seed from the same data order and the same first sampling
 (on the same build), so a difference that the unpaired CIs of two cells cannot resolve can be resolved paired.
@@ -17,16 +20,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sagerl.study.statistics import MIN_PAIRED_RUNS, ONE_BUILD_MARK, ONE_BUILD_NOTE, paired_differences
 from sagerl.study.statistics import format_estimate as _fmt
 from sagerl.study.statistics import metric_format as _metric_format
-from sagerl.study.statistics import paired_differences
+
+
+def _paired_runs(row: Mapping[str, Any]) -> int:
+    """The paired runs with a value in one metric's row of :func:`paired_differences`."""
+    return sum(v is not None and not math.isnan(v) for v in row.get("values", []))
 
 
 def dominates(diff: Mapping[str, Any], x: str, y: str) -> bool:
     """Whether the paired differences ``diff`` (one cell's row of :func:`paired_differences`: metric ->
-    {"mean", "ci"}) say that cell dominates the baseline: both means ≥ 0, one CI's lower bound > 0."""
+    {"mean", "ci", "values"}) say that cell dominates the baseline: at least ``MIN_PAIRED_RUNS`` (2) paired
+    values on both axes, both means ≥ 0, and one CI's lower bound > 0."""
     rows = [diff.get(x), diff.get(y)]
     if any(r is None or r["mean"] is None or math.isnan(r["mean"]) for r in rows):
+        return False
+    if any(_paired_runs(r) < MIN_PAIRED_RUNS for r in rows):
         return False
     means_ok = all(r["mean"] >= 0 for r in rows)
     above = any(r["ci"][0] is not None and not math.isnan(r["ci"][0]) and r["ci"][0] > 0 for r in rows)
@@ -74,7 +85,8 @@ def render_frontier(front: Mapping[str, Any]) -> str:
     ux, uy = (" (%)" if fx[0] else ""), (" (%)" if fy[0] else "")
     lines = [
         f"Pareto frontier on {x} and {y} (both maximised). A cell dominates another when its paired differences "
-        "to it have a mean >= 0 on both axes and a 95% CI above 0 on at least one.",
+        f"to it, over at least {MIN_PAIRED_RUNS} paired runs, have a mean >= 0 on both axes and a 95% CI above 0 "
+        "on at least one.",
         "",
         f"| on the frontier | {x}{ux} | {y}{uy} |",
         "|---|---|---|",
@@ -91,6 +103,8 @@ def render_frontier(front: Mapping[str, Any]) -> str:
                 f"| {name} | {_fmt({x: entry['x']}, x, *fx)} | {_fmt({y: entry['y']}, y, *fy)} | "
                 f"{', '.join(entry['dominated_by'])} |"
             )
+    if any(ONE_BUILD_MARK in line for line in lines[2:]):
+        lines += ["", ONE_BUILD_NOTE]
     return "\n".join(lines) + "\n"
 
 

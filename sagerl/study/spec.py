@@ -437,7 +437,36 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
     study.builds, study.threads = builds, threads
     study.pareto = _pareto(data.get("pareto"), source)
+    if study.pareto is not None:
+        _check_paired_runs(cells, source)
     return study
+
+
+def _check_paired_runs(cells: list[Cell], source: str) -> None:
+    """A ``pareto:`` study's cells share enough runs to be compared: every two cells (a lone cell: its own runs)
+    at least :data:`sagerl.study.statistics.MIN_PAIRED_RUNS` run keys (seeds, or builds × seeds), the fewest
+    whose paired difference has an interval (:func:`sagerl.study.frontier.dominates`).
+
+    Raises:
+        ConfigError: two cells share fewer, naming them, the runs they share and the fix.
+    """
+    from sagerl.study.statistics import MIN_PAIRED_RUNS
+
+    runs: dict[str, set[str]] = {}
+    for c in cells:
+        runs.setdefault(c.name, set()).add(c.run_key)
+    names = list(runs)
+    pairs = list(itertools.combinations(names, 2)) or [(names[0], names[0])]
+    for a, b in pairs:
+        shared = sorted(runs[a] & runs[b])
+        if len(shared) < MIN_PAIRED_RUNS:
+            who = f"cell {a!r} has" if a == b else f"cells {a!r} and {b!r} share"
+            named = ", ".join(k if "/" in k else f"seed {k}" for k in shared)
+            count = f"{len(shared)} run{'' if len(shared) == 1 else 's'}" + (f" ({named})" if named else "")
+            raise ConfigError(
+                f"{source}: pareto needs at least {MIN_PAIRED_RUNS} paired runs (seeds, or builds × seeds) between "
+                f"every two cells, but {who} {count}: give seeds: [0, 1] or more (the study's, or each cell's own)"
+            )
 
 
 def _pareto(value: Any, source: str) -> dict[str, str] | None:

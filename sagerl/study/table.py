@@ -14,7 +14,8 @@ Per (cell, seed), from the files the runs wrote (:mod:`sagerl.analysis` reads th
   of the policy, each the mean of the last :data:`LAST_STEPS` logged training steps.
 
 The CI over seeds is Student's t interval, mean ± t_{0.975, s−1}·sd/√s over the s seeds, cut to the
-metric's range (no interval with one seed). ``study.json`` holds every value of every seed; ``table.md`` a selection; plots:
+metric's range (t from :func:`scipy.stats.t.ppf`, exact at every s; with one seed the interval is undefined and
+written ``n/a``). ``study.json`` holds every value of every seed; ``table.md`` a selection; plots:
 ``passk.png`` (mean pass@k curves with CI bands per dataset, the reference dashed) and ``strategies.png``.
 
 **A study on several reference builds** (``builds:``, :mod:`sagerl.study.spec`) has two sources of spread:
@@ -25,7 +26,10 @@ mean ± t_{0.975, B−1}·sd(build means)/√B. A build mean carries its seeds' 
 sources (with the balanced design every study here has, this is the standard interval for clustered
 data; it is wide with 3 builds, t = 4.30, which is what 3 builds can tell). The support metrics of a run are
 taken against its own build's reference. Paired differences pair runs on (build, seed) and pool the same
-way. ``table-by-build.md`` and ``paired-by-build.md`` hold the per-build rows (CIs over seeds).
+way. ``table-by-build.md`` and ``paired-by-build.md`` hold the per-build rows (CIs over seeds). A cell whose
+runs have finished on one build only (a study still running, or the other builds' runs failed) has its
+interval over that build's seeds instead, narrower than its neighbours' over builds: every table marks such
+an estimate with † and says so under it (:func:`sagerl.study.statistics.pooled_over`).
 """
 
 from __future__ import annotations
@@ -43,10 +47,13 @@ from sagerl.study.folders import read_cell_status, reference_folder
 from sagerl.study.frontier import pareto_frontier, plot_pareto, render_frontier
 from sagerl.study.spec import Study, safe_name
 from sagerl.study.statistics import (
+    ONE_BUILD_MARK,
+    ONE_BUILD_NOTE,
     PROBABILITIES,
     build_of,
     paired_differences,
     pooled_interval,
+    pooled_over,
     t_interval,  # noqa: F401  (here since the table's first version; sagerl.study.statistics owns it)
 )
 from sagerl.study.statistics import format_estimate as _fmt
@@ -123,7 +130,8 @@ def _count_bound(key: str, per_run: Mapping[str, Mapping[str, Any]]) -> float:
 
 
 def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per metric key: mean and 95% CI pooled over the runs (:func:`pooled_interval`), and the values."""
+    """Per metric key: mean and 95% CI pooled over the runs (:func:`pooled_interval`), the values, and how they
+    were pooled (``pooled``: :func:`pooled_over`)."""
     keys = sorted({k for m in per_run.values() for k in m if not k.startswith("_")})
     summary = {}
     for key in keys:
@@ -131,7 +139,12 @@ def _summary(per_run: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         values = {run: m.get(key, missing) for run, m in per_run.items()}
         bounds = (0.0, 1.0) if key.startswith(PROBABILITIES) else (0.0, _count_bound(key, per_run))
         mean, lo, hi = pooled_interval(values, *bounds)
-        summary[key] = {"mean": mean, "ci": [lo, hi], "values": list(values.values())}
+        summary[key] = {
+            "mean": mean,
+            "ci": [lo, hi],
+            "values": list(values.values()),
+            "pooled": pooled_over(values),
+        }
     return summary
 
 
@@ -297,7 +310,12 @@ def render_paired(data: Mapping[str, Any], paired: Mapping[str, Any] | None = No
             row.append(_fmt(entry.get("summary"), metric, percent, digits))
             row.append("—" if name == base else _fmt(paired["cells"][name], metric, percent, digits))
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_with_one_build_note(lines)) + "\n"
+
+
+def _with_one_build_note(lines: list[str]) -> list[str]:
+    """``lines`` of a markdown table, with :data:`ONE_BUILD_NOTE` under it when a cell holds the mark."""
+    return lines + ["", ONE_BUILD_NOTE] if any(ONE_BUILD_MARK in line for line in lines) else lines
 
 
 def _reference_summary(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -369,6 +387,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
         for seed, error in entry["failed"].items():
             lines.append(f"| {name} (seed {seed}) | failed | {error} |" + " |" * (len(cols) - 1))
+    lines = _with_one_build_note(lines)
     note = machines_note(data)
     if note:
         lines += ["", f"Note: {note}."]
@@ -403,6 +422,7 @@ def render_terminal(data: Mapping[str, Any]):
     from sagerl.tables import Estimate, FittedTable
 
     cols = _columns(data)
+    marks: set[str] = set()
 
     def cell(summary: Mapping[str, Any] | None, key: str, percent: bool, digits: int):
         if summary is None or key not in summary:
@@ -411,9 +431,11 @@ def render_terminal(data: Mapping[str, Any]):
         mean, (lo, hi) = summary[key]["mean"], summary[key]["ci"]  # None: NaN in study.json
         if mean is None:
             return None
-        if lo is None or hi is None:
-            return Estimate(mean * scale, digits=digits)
-        return Estimate(mean * scale, lo * scale, hi * scale, digits)
+        mark = ONE_BUILD_MARK if summary[key].get("pooled") == "one build" else ""
+        marks.add(mark)
+        if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):  # one run: undefined, "n/a"
+            return Estimate(mean * scale, digits=digits, undefined=True, mark=mark)
+        return Estimate(mean * scale, lo * scale, hi * scale, digits, mark=mark)
 
     rows = []
     if data.get("reference"):
@@ -428,7 +450,8 @@ def render_terminal(data: Mapping[str, Any]):
         failures += [f"failed: {name} seed {seed}: {error}" for seed, error in entry["failed"].items()]
     headers = ["runs" if data.get("builds") else "seeds", *(c[0] for c in cols)]
     note = machines_note(data)
-    caption = "\n".join(failures + ([f"note: {note}"] if note else [])) or None
+    notes = ([ONE_BUILD_NOTE] if ONE_BUILD_MARK in marks else []) + ([f"note: {note}"] if note else [])
+    caption = "\n".join(failures + notes) or None
     over = "builds × seeds" if data.get("builds") else "seeds"
     title = f"{data['study']}: mean [95% CI over {over}]"
     return FittedTable(title, "cell", headers, rows, groups=[1, *_column_groups(cols)], caption=caption)

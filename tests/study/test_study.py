@@ -132,9 +132,11 @@ def test_a_gpu_study_is_checked_on_a_cpu_machine():
 
 def test_t_interval_closed_form():
     mean, lo, hi = t_interval([1.0, 2.0, 3.0])
-    half = 4.303 * 1.0 / math.sqrt(3)  # t_{0.975, 2} * sd / sqrt(3)
+    half = 4.302653 * 1.0 / math.sqrt(3)  # t_{0.975, 2} * sd / sqrt(3); t = 4.303 as printed tables round it
     assert mean == 2.0 and lo == pytest.approx(2 - half) and hi == pytest.approx(2 + half)
-    assert t_interval([0.5]) == (0.5, 0.5, 0.5)
+    mean, lo, hi = t_interval([0.5])  # one value: the interval is undefined, not zero-width
+    assert mean == 0.5 and math.isnan(lo) and math.isnan(hi)
+    assert t_interval([0.5, float("nan")])[0] == 0.5 and math.isnan(t_interval([0.5, float("nan")])[1])
     assert t_interval([0.1, 0.9], 0.0, 1.0)[1:] == (0.0, 1.0)  # cut to the metric's range
     assert all(math.isnan(v) for v in t_interval([float("nan")]))
 

@@ -91,7 +91,8 @@ def test_pooled_interval_is_a_t_interval_over_the_build_means():
     means = [2.0, 6.0, 3.0]  # per build (NaN left out)
     sd = math.sqrt(sum((m - 11 / 3) ** 2 for m in means) / 2)
     assert mean == pytest.approx(11 / 3)
-    assert (lo, hi) == pytest.approx((11 / 3 - 4.303 * sd / math.sqrt(3), 11 / 3 + 4.303 * sd / math.sqrt(3)))
+    t = 4.302653  # t_{0.975, 2} (4.303 rounded)
+    assert (lo, hi) == pytest.approx((11 / 3 - t * sd / math.sqrt(3), 11 / 3 + t * sd / math.sqrt(3)))
     assert pooled_interval({"0": 1.0, "1": 3.0}) == t_interval([1.0, 3.0])  # no builds: over the seeds
     assert pooled_interval({"b2/0": 1.0, "b2/1": 3.0}) == t_interval([1.0, 3.0])  # one build: the same
     assert pooled_interval(values, 0.0, 4.0)[2] == 4.0  # cut to the metric's range

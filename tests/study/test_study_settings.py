@@ -66,7 +66,7 @@ def test_paired_differences_are_per_seed_with_a_t_interval():
     out = paired_differences(cells, {"baseline": "grpo", "metrics": ["m"]})
     row = out["cells"]["x"]["m"]
     assert row["seeds"] == [0, 1] and row["values"] == [3.0, 2.0]  # seed 3 has no baseline run
-    half = 12.706 * math.sqrt(0.5) / math.sqrt(2)  # t(0.975, 1)·sd/√n
+    half = 12.706205 * math.sqrt(0.5) / math.sqrt(2)  # t(0.975, 1)·sd/√n
     assert row["mean"] == 2.5 and row["ci"] == pytest.approx([2.5 - half, 2.5 + half])
     assert out["cells"]["grpo"]["m"]["values"] == [0.0, 0.0, 0.0]
     data = {"cells": cells, "paired": out, "reference": None}
