@@ -9,7 +9,7 @@ from sagerl.objective._checks import Range, check_number
 from sagerl.objective.advantages import beta_parameters, bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate, token_covariance
-from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty
+from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty, zero_advantage_mask
 from sagerl.objective.divergences import KL_ESTIMATORS, forward_kl, shaped_kl
 from sagerl.objective.entropy_advantage import entropy_advantage
 from sagerl.objective.guides import (
@@ -48,6 +48,7 @@ from sagerl.objective.registry import (
     BINARY_ADVANTAGES,
     ESTIMATORS,
     GUIDES,
+    SIGNAL_ON_EQUAL_REWARDS,
     Estimator,
     GuideParams,
     compute_advantages,
@@ -84,6 +85,7 @@ __all__ = [
     "PKPO_BASELINES",
     "POLICY_LOSSES",
     "SCHEDULES",
+    "SIGNAL_ON_EQUAL_REWARDS",
     "SIGNED_ESTIMATORS",
     "ConstantSchedule",
     "CosineRestartSchedule",
@@ -145,4 +147,5 @@ __all__ = [
     "unlikeliness_advantages",
     "unlikeliness_rewards",
     "w_reinforce_advantages",
+    "zero_advantage_mask",
 ]

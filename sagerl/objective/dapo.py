@@ -32,6 +32,39 @@ def dynamic_sampling_mask(rewards: torch.Tensor, group_size: int) -> torch.Tenso
     return keep.repeat_interleave(group_size)
 
 
+ZERO_ADVANTAGE_ATOL = 1e-6
+"""An advantage at most this in absolute value (reward units) counts as zero in :func:`zero_advantage_mask`: the
+float rounding of a group's terms that cancel (a leave-one-out mean of equal bonuses, r·div − mean(r·div) with
+equal factors) is far below it."""
+
+
+def zero_advantage_mask(
+    advantages: torch.Tensor, group_size: int, atol: float = ZERO_ADVANTAGE_ATOL
+) -> torch.Tensor:
+    """Keep-mask of dynamic sampling for an estimator whose advantages can be nonzero on a group of equal
+    rewards (:data:`sagerl.objective.SIGNAL_ON_EQUAL_REWARDS`: DARLING, the outcome-based bonuses): drop every
+    group whose advantages are all zero (|A| <= ``atol``), that is, the groups that give no gradient, as DAPO's
+    filter drops them for the estimators of the rewards alone (their advantages vanish exactly on the groups of
+    equal rewards). A group of equal rewards that carries a bonus (an all-wrong group whose answers differ, under
+    UCB) is kept; a group whose bonus is constant but nonzero (UCB-Con's b − b₀ on fresh answers) is kept too,
+    since it moves the policy.
+
+    Args:
+        advantages: (N,) advantages, groups of ``group_size`` contiguous (NaN counts as zero).
+        atol: the largest |A| that counts as zero, >= 0 (:data:`ZERO_ADVANTAGE_ATOL`).
+
+    Returns:
+        (N,) bool, True for completions of kept groups.
+
+    Raises:
+        ValueError: bad shapes, ±inf, or ``atol`` not a finite number >= 0.
+    """
+    check_number("atol", atol, NONNEGATIVE)
+    g = torch.nan_to_num(grouped(advantages, group_size, name="advantages"), nan=0.0)
+    keep = (g.abs() > atol).any(dim=1)
+    return keep.repeat_interleave(group_size)
+
+
 def overlong_penalty(
     lengths: torch.Tensor, max_length: int, buffer_length: int, penalty_factor: float = 1.0
 ) -> torch.Tensor:

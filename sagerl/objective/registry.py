@@ -9,6 +9,9 @@ are read off that table.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,12 +52,51 @@ class Estimator:
     cluster ids), ``counts`` (N(x, a) across steps)."""
     fixed: dict = field(default_factory=dict)
     """Keyword arguments always passed (a shared function's variant)."""
+    signal_on_equal_rewards: bool = False
+    """Its advantages need not vanish on a group whose rewards are all equal (an exploration or diversity term
+    lives there: DARLING's all-correct groups of one answer or many, the outcome bonuses of all-wrong groups), so
+    DAPO's dynamic sampling must not drop such a group for its equal rewards; it drops the groups whose advantages
+    are all zero instead (:func:`sagerl.objective.zero_advantage_mask`)."""
+
+    def __post_init__(self) -> None:
+        """Tie the declared parameters to the function's signature.
+
+        Raises:
+            TypeError: a parameter, required parameter, input or fixed argument that the function does not take
+                by keyword, a required parameter or input not among ``params``, a parameter also fixed, or a
+                parameter of the function without a default that is neither required nor fixed.
+        """
+        taken = _keywords(self.function)
+        name = getattr(self.function, "__name__", repr(self.function))
+        for label, names in (("params", self.params), ("fixed", tuple(self.fixed))):
+            unknown = [n for n in names if n not in taken]
+            if unknown:
+                raise TypeError(f"Estimator of {name}: {label} {unknown} are not keyword parameters of it")
+        for label, names in (("required", self.required), ("inputs", self.inputs)):
+            if not set(names) <= set(self.params):
+                raise TypeError(f"Estimator of {name}: {label} {list(names)} must be among params")
+        if set(self.params) & set(self.fixed):
+            raise TypeError(
+                f"Estimator of {name}: {sorted(set(self.params) & set(self.fixed))} both read and fixed"
+            )
+        without_default = [n for n, has_default in taken.items() if not has_default]
+        unset = [n for n in without_default if n not in self.required and n not in self.fixed]
+        if unset:
+            raise TypeError(f"Estimator of {name}: {unset} have no default; list them in required or fixed")
+
+
+def _keywords(function: Callable) -> dict[str, bool]:
+    """The parameters of an estimator function after ``(rewards, group_size)`` that can be passed by keyword,
+    each with whether it has a default."""
+    parameters = list(inspect.signature(function).parameters.values())[2:]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default is not inspect.Parameter.empty for p in parameters if p.kind in kinds}
 
 
 ESTIMATORS: dict[str, Estimator] = {
-    "grpo": Estimator(grpo_advantages, ("scale",)),
+    "grpo": Estimator(grpo_advantages, ("scale", "eps")),
     "dr_grpo": Estimator(dr_grpo_advantages),
-    "bnpo": Estimator(bnpo_advantages),
+    "bnpo": Estimator(bnpo_advantages, ("max_inverse_pdf",)),
     "passk": Estimator(passk_advantages, ("k",), ("k",), binary=True),
     "pkpo": Estimator(pkpo_advantages, ("k", "baseline"), ("k",)),
     "w_reinforce": Estimator(w_reinforce_advantages, ("lam",), binary=True, fixed={"kind": "w_reinforce"}),
@@ -69,7 +111,11 @@ ESTIMATORS: dict[str, Estimator] = {
     "rs_grpo": Estimator(rs_grpo_advantages, ("risk_beta",)),
     "passk_mix": Estimator(passk_mix_advantages, ("k", "mix_weight"), ("k",), binary=True),
     "darling": Estimator(
-        darling_advantages, ("clusters", "floor", "scale"), ("clusters",), inputs=("clusters",)
+        darling_advantages,
+        ("clusters", "floor", "scale"),
+        ("clusters",),
+        inputs=("clusters",),
+        signal_on_equal_rewards=True,
     ),
     "ucb_mean": Estimator(
         outcome_advantages,
@@ -78,6 +124,7 @@ ESTIMATORS: dict[str, Estimator] = {
         binary=True,
         inputs=("answers", "counts"),
         fixed={"kind": "ucb_mean"},
+        signal_on_equal_rewards=True,
     ),
     "ucb_con": Estimator(
         outcome_advantages,
@@ -86,6 +133,7 @@ ESTIMATORS: dict[str, Estimator] = {
         binary=True,
         inputs=("answers", "counts"),
         fixed={"kind": "ucb_con"},
+        signal_on_equal_rewards=True,
     ),
     "outcome_batch": Estimator(
         outcome_advantages,
@@ -94,6 +142,7 @@ ESTIMATORS: dict[str, Estimator] = {
         binary=True,
         inputs=("answers",),
         fixed={"kind": "outcome_batch"},
+        signal_on_equal_rewards=True,
     ),
 }
 """Every advantage estimator, registered once."""
@@ -104,6 +153,21 @@ BINARY_ADVANTAGES = tuple(name for name, e in ESTIMATORS.items() if e.binary)
 """Estimators defined on binary (0/1) rewards only; they refuse other rewards."""
 ADVANTAGE_INPUTS: dict[str, tuple[str, ...]] = {name: e.inputs for name, e in ESTIMATORS.items()}
 """Per-completion inputs beyond the rewards each estimator needs from its engine (see :class:`Estimator`)."""
+SIGNAL_ON_EQUAL_REWARDS = tuple(name for name, e in ESTIMATORS.items() if e.signal_on_equal_rewards)
+"""Estimators whose advantages can be nonzero on a group of equal rewards: DAPO's dynamic sampling filters them
+on their advantages, not on the rewards (:attr:`Estimator.signal_on_equal_rewards`)."""
+ESTIMATOR_PARAMS = frozenset(p for e in ESTIMATORS.values() for p in e.params)
+"""Every keyword that some estimator of :func:`compute_advantages` reads."""
+
+
+def _bound(estimator: Estimator) -> Callable[..., torch.Tensor]:
+    """The estimator's function with its fixed arguments bound (the function itself when it has none)."""
+    if not estimator.fixed:
+        return estimator.function
+    return functools.update_wrapper(
+        functools.partial(estimator.function, **estimator.fixed), estimator.function
+    )
+
 
 _REGISTRY: dict[str, dict[str, Callable]] = {
     "guide": {
@@ -113,7 +177,7 @@ _REGISTRY: dict[str, dict[str, Callable]] = {
         "branch_token": _guides.branch_token_guide,
         "teacher": _guides.teacher_guide,
     },
-    "advantage": {name: e.function for name, e in ESTIMATORS.items()},
+    "advantage": {name: _bound(e) for name, e in ESTIMATORS.items()},
     "divergence": {"reverse": shaped_kl, "forward": forward_kl},
     "aggregation": {mode: aggregate_loss for mode in LOSS_AGG_MODES},
     "schedule": {kind: make_schedule for kind in SCHEDULES},
@@ -122,6 +186,10 @@ _REGISTRY: dict[str, dict[str, Callable]] = {
 
 def get(kind: str, name: str) -> Callable:
     """The callable registered under ``kind`` (guide, advantage, divergence, aggregation, schedule) and ``name``.
+
+    An advantage estimator comes with its fixed arguments bound (``get("advantage", "psr")`` is
+    ``w_reinforce_advantages`` with ``kind="psr"``): ``get("advantage", name)(rewards, group_size, **params)``
+    is ``compute_advantages(name, rewards, group_size, **params)`` for the parameters it reads.
 
     Raises:
         KeyError: unknown kind or name (the message lists the known ones).
@@ -313,19 +381,37 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **para
     - ``"ucb_mean"``, ``"ucb_con"`` (``answers``: (N,) final-answer cluster ids; ``counts``: (N,) N(x, a);
       ``coef``, ``b0``) and ``"outcome_batch"`` (``answers``, ``coef``): :mod:`sagerl.objective.outcome_exploration`.
 
-    Parameters an estimator does not read (:data:`ADVANTAGE_PARAMS`) are ignored, so an engine can pass
-    its whole configuration; ``None`` values mean "the estimator's default".
+    A parameter of another estimator (:data:`ADVANTAGE_PARAMS`) is ignored, so an engine can pass its whole
+    configuration; a keyword that no estimator reads (:data:`ESTIMATOR_PARAMS`; a typo such as ``kk=3``) is an
+    error. ``None`` values mean "the estimator's default".
 
     Raises:
-        ValueError: unknown name, a missing required parameter (``k``, ``sequence_logp``, ``clusters``,
-            ``answers``, ``counts``), and whatever the estimator raises (bad k, λ ≤ 0, β_rank outside [0, 1],
-            β_r ≤ 0, w outside [0, 1], rewards other than 0/1 for the binary estimators).
+        ValueError: unknown name, a keyword no estimator reads (the message names it and the nearest valid
+            ones), a missing required parameter (``k``, ``sequence_logp``, ``clusters``, ``answers``,
+            ``counts``), and whatever the estimator raises (bad k, λ ≤ 0, β_rank outside [0, 1], β_r ≤ 0, w
+            outside [0, 1], rewards other than 0/1 for the binary estimators).
     """
     if name not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; expected one of {ADVANTAGES}")
     estimator = ESTIMATORS[name]
+    unknown = sorted(key for key in params if key not in ESTIMATOR_PARAMS)
+    if unknown:
+        raise ValueError(_unknown_params_message(name, unknown))
     given = {key: value for key, value in params.items() if key in estimator.params and value is not None}
     for required in estimator.required:
         if required not in given:
             raise ValueError(f"the {name} advantage estimator needs {required}")
     return estimator.function(rewards, group_size, **given, **estimator.fixed)
+
+
+def _unknown_params_message(name: str, unknown: list[str]) -> str:
+    """One line: the keywords no estimator reads, the nearest valid ones, and what ``name`` reads."""
+    parts = []
+    for key in unknown:
+        near = difflib.get_close_matches(key, sorted(ESTIMATOR_PARAMS), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(repr(n) for n in near)}?)" if near else ""
+        parts.append(f"{key!r}{hint}")
+    reads = ", ".join(ESTIMATORS[name].params) or "no parameter"
+    return (
+        f"no advantage estimator takes the parameter {'; '.join(parts)}; the {name} estimator reads {reads}"
+    )

@@ -4,6 +4,11 @@ the Gaussian one) and the k of the pass@k advantages (``passk_k``).
 A schedule maps the optimizer step (``trainer.state.global_step``: it advances once per optimizer step,
 never once per micro-batch) to a value. Four kinds (:data:`SCHEDULES`): constant, cosine (with restarts),
 linear, and a step at a given share of the run. :func:`integer_at` reads an integer setting (k) off one.
+
+``total_steps`` is the step at which a schedule reaches its end value, so a trainer passes the last step that
+reads it: the last optimizer step (``max_steps − 1``) for a value read at every step (the guide's strength),
+the step of the last rollout for a value read at rollout time (the k of pass@k), not ``max_steps``, which no
+step reaches.
 """
 
 from __future__ import annotations
@@ -129,7 +134,8 @@ def make_schedule(
     decay: float = 0.9,
     switch: float = 0.5,
 ) -> Schedule:
-    """Build a schedule by name, from ``value`` (at step 0) to ``lower`` (at the end):
+    """Build a schedule by name, from ``value`` (at step 0) to ``lower`` (at step ``total_steps``, the last step
+    that reads it; module docstring):
 
     - ``"constant"``: always ``value``;
     - ``"cosine"``: :class:`CosineRestartSchedule` (``value`` the upper bound; ``num_restarts``, ``decay``);

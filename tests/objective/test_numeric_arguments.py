@@ -77,6 +77,7 @@ VALID_CALLS: dict[str, dict] = {
     "compute_advantages": dict(name="grpo", rewards=REWARDS, group_size=2),
     "dr_grpo_advantages": dict(rewards=REWARDS, group_size=2),
     "dynamic_sampling_mask": dict(rewards=REWARDS, group_size=2),
+    "zero_advantage_mask": dict(advantages=REWARDS, group_size=2, atol=1e-6),
     "likelihood_ranks": dict(sequence_logp=LOGP[:, 0], group_size=2),
     "ConstantSchedule": dict(value=1.0),
     "CosineRestartSchedule": dict(upper=1.0, lower=0.0, total_steps=10),
