@@ -61,6 +61,14 @@ def deterministic(threads: int = 1) -> Iterator[None]:
             torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
+def cpu_kernels() -> str:
+    """The kernels torch dispatches to on this CPU: ``torch.backends.cpu.get_cpu_capability()`` (``AVX512``,
+    ``AVX2``..., capped by ``ATEN_CPU_CAPABILITY``)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def machine_record() -> dict[str, Any]:
     """What a run's bytes depend on besides its inputs, thread count and dtype: the CPU, its vector and
     matrix extensions (``avx*``, ``amx*``, ``fma``, from ``/proc/cpuinfo`` where there is one), the kernels
@@ -84,7 +92,7 @@ def machine_record() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "isa": flags,
-        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "kernels": cpu_kernels(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

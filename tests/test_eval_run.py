@@ -209,12 +209,204 @@ def test_refuses_other_model(toy, tmp_path):
 def test_invalid_options(toy, tmp_path):
     with pytest.raises(ConfigError):
         run(toy, tmp_path / "a", FakeSampler(), n=0)
+    with pytest.raises(
+        ConfigError, match=r"--dtype 'float64': choose one of auto, float32, bfloat16, float16"
+    ):
+        run(toy, tmp_path / "e", FakeSampler(), dtype="float64")  # refused even when a sampler is given
+    assert not (tmp_path / "e").exists()
     with pytest.raises(ConfigError):
         run(toy, tmp_path / "b", FakeSampler(), few_shot=99)
     with pytest.raises(ConfigError):
         run(toy, tmp_path / "c", FakeSampler(), top_p=0.0)
     with pytest.raises(SagerlError, match="nope.jsonl"):
         evaluate(None, [str(tmp_path / "nope.jsonl")], n=2, out=tmp_path / "d", progress=False)
+
+
+# ---- the engine a folder's samples were drawn with (issue 34 #4) -------------------------------------------
+
+
+class EngineSampler(FakeSampler):
+    """:class:`FakeSampler` that says its dtype and backend, as the real samplers do."""
+
+    def __init__(self, dtype: str = "bfloat16", name: str = "hf", **kw) -> None:
+        super().__init__(**kw)
+        self.dtype, self.name = dtype, name
+
+
+def folder_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        (
+            dict(dtype="bfloat16"),
+            dict(dtype="float32"),
+            r"dtype 'bfloat16' -> 'float32'\); resume with --dtype bfloat16 \(a study: eval.dtype\), or pass --out",
+        ),
+        (
+            dict(name="hf"),
+            dict(name="vllm"),
+            r"backend 'hf' -> 'vllm'\); resume with --backend hf \(a study: eval.backend\), or pass --out",
+        ),
+        (
+            dict(kernels="AVX512"),
+            dict(kernels="AVX2"),
+            r"kernels 'AVX512' -> 'AVX2'\); resume with a CPU where torch runs AVX512 kernels "
+            r"\(ATEN_CPU_CAPABILITY=avx512 caps one that has more\), or pass --out",
+        ),
+    ],
+)
+def test_resume_refuses_to_draw_with_another_dtype_backend_or_kernels(
+    toy, tmp_path, monkeypatch, first, second, message
+):
+    """Raising n in a folder must not add samples of another engine: one line naming the key, both values,
+    how to match it and --out; nothing sampled, nothing written. Without new samples to draw, nothing mixes, and
+    another engine may rewrite results.json (which still names the recorded one)."""
+    import torch
+
+    def sampler(opts: dict) -> EngineSampler:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: opts.get("kernels", "AVX2"))
+        return EngineSampler(**{k: v for k, v in opts.items() if k != "kernels"})
+
+    out = tmp_path / "run"
+    run(toy, out, sampler(first), n=2)
+    before = folder_bytes(out)
+    other = sampler(second)
+    with pytest.raises(ConfigError, match=message) as info:
+        run(toy, out, other, n=4)
+    assert str(out) in str(info.value) and "6 samples" in str(info.value) and "\n" not in str(info.value)
+    assert other.calls == 0 and folder_bytes(out) == before
+    res = run(toy, out, sampler(second), n=2)  # nothing left to draw: nothing to mix
+    recorded = {"dtype": "bfloat16", "backend": "hf", "kernels": "AVX2", **first}
+    recorded["backend"] = recorded.pop("name", "hf")
+    assert {k: res["meta"][k] for k in ("dtype", "backend", "kernels")} == recorded
+    assert len(load_samples(out / SAMPLES_FILE)) == 6
+
+
+def test_cli_resume_whose_dtype_auto_resolves_otherwise_is_one_line_before_the_model_loads(
+    toy, tmp_path, tiny_model, monkeypatch, capsys
+):
+    """A folder begun in bfloat16 (``auto`` on a CPU with bf16 units), resumed where ``auto`` is float32:
+    refused before the model loads, exit status 2, one line."""
+    import sagerl.eval.runner
+
+    out = tmp_path / "run"
+    evaluate(str(tiny_model), [str(toy)], n=2, out=out, sampler=EngineSampler("bfloat16"), progress=False)
+    before = folder_bytes(out)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(sagerl.eval.runner, "make_sampler", no_model)
+    monkeypatch.setenv("SAGERL_DTYPE", "float32")
+    argv = ["eval", "--model", str(tiny_model), "-d", str(toy), "-n", "4", "--out", str(out), "--no-progress"]
+    assert cli(*argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dtype 'bfloat16' -> 'float32'" in err[0], err
+    assert "--dtype bfloat16" in err[0] and "--out" in err[0]
+    assert folder_bytes(out) == before
+
+
+def test_results_record_what_drew_the_samples_not_what_the_last_call_asked(toy, tmp_path, monkeypatch):
+    """results.json names the resolved dtype of every call that drew samples, with their counts and times,
+    also when the last call (nothing left to draw) asked for ``auto``; a crashed call is counted too."""
+    import time
+
+    import torch
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):  # 8 of 24 samples, then a crash
+        run(toy, out, EngineSampler("bfloat16", chunk_size=4, fail_after=2))
+    slow = EngineSampler("bfloat16")
+    real = slow.generate
+
+    def generate(*args, **kwargs):
+        time.sleep(0.02)
+        return real(*args, **kwargs)
+
+    slow.generate = generate
+    run(toy, out, slow)
+    res = evaluate(
+        "fake-model", [str(toy)], n=8, out=out, progress=False, max_new_tokens=16, seed=3, dtype="auto"
+    )
+    meta = res["meta"]
+    assert meta["samples_generated_this_call"] == 0
+    assert (meta["dtype"], meta["backend"], meta["kernels"]) == ("bfloat16", "hf", "AVX512")  # not "auto"
+    calls = meta["sampling_calls"]
+    assert [(c["dtype"], c["samples"], c.get("interrupted", False)) for c in calls] == [
+        ("bfloat16", 8, True),
+        ("bfloat16", 16, False),
+    ]
+    assert calls[1]["elapsed_s"] >= 0.02 * 4 and meta["sampling_s"] == pytest.approx(
+        calls[0]["elapsed_s"] + calls[1]["elapsed_s"], abs=1e-3
+    )
+    config = json.loads((out / "eval_config.json").read_text())
+    assert config["engine"] == {"dtype": "bfloat16", "backend": "hf", "kernels": "AVX512"}
+    assert config["calls"] == calls
+
+
+def test_a_killed_call_is_counted_by_the_next(toy, tmp_path):
+    """SIGKILL leaves the last call without its end: the next call gives it the samples no other accounts for."""
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run(toy, out, EngineSampler("float32", chunk_size=4, fail_after=3))
+    config = json.loads((out / "eval_config.json").read_text())
+    for key in ("finished_at", "samples", "elapsed_s", "interrupted"):  # as a killed process leaves it
+        config["calls"][-1].pop(key)
+    (out / "eval_config.json").write_text(json.dumps(config))
+    res = run(toy, out, EngineSampler("float32"))
+    assert [(c["samples"], c.get("interrupted", False)) for c in res["meta"]["sampling_calls"]] == [
+        (12, True),
+        (12, False),
+    ]
+
+
+def make_legacy(out: Path, results_meta: dict) -> None:
+    """Turn a run folder into one written before sagerl recorded engines: no ``engine`` or ``calls`` in
+    eval_config.json, and ``results_meta`` over results.json's meta (what those versions wrote)."""
+    config = json.loads((out / "eval_config.json").read_text())
+    for key in ("engine", "calls", "machine"):
+        config.pop(key)
+    (out / "eval_config.json").write_text(json.dumps(config))
+    results = json.loads((out / "results.json").read_text())
+    meta = {k: v for k, v in results["meta"].items() if k not in ("kernels", "sampling_calls", "sampling_s")}
+    results["meta"] = {**meta, **results_meta}
+    (out / "results.json").write_text(json.dumps(results))
+
+
+def test_a_folder_from_before_engines_were_recorded_resumes_with_one_warning(toy, tmp_path):
+    """An old folder whose last call drew nothing (its results.json says dtype "auto", the request) does not
+    record what drew its samples: a resume is allowed (refusing would strand every such folder) with one
+    warning naming what is unknown and --out; the new call's engine is recorded from then on. Where the old
+    results.json shows one call drew every sample, its dtype and backend are known and compared."""
+    out = tmp_path / "run"
+    run(toy, out, EngineSampler("bfloat16"), n=2)
+    make_legacy(out, {"dtype": "auto", "samples_generated_this_call": 0})
+    with pytest.warns(
+        UserWarning, match=r"does not record the dtype / backend / kernels its 6 samples"
+    ) as seen:
+        res = run(toy, out, EngineSampler("float32"), n=4)
+    assert len(seen) == 1 and "--out" in str(seen[0].message)
+    calls = res["meta"]["sampling_calls"]
+    assert [(c["dtype"], c["samples"], c.get("unrecorded", False)) for c in calls] == [
+        (None, 6, True),
+        ("float32", 6, False),
+    ]
+    assert res["meta"]["dtype"] is None  # the folder's samples are not known to share one dtype
+    with pytest.raises(ConfigError, match=r"dtype 'float32' -> 'bfloat16'"):  # recorded from then on
+        run(toy, out, EngineSampler("bfloat16"), n=6)
+
+    known = tmp_path / "known"
+    run(toy, known, EngineSampler("bfloat16"), n=2)
+    make_legacy(known, {"dtype": "bfloat16", "samples_generated_this_call": 6})
+    with pytest.raises(ConfigError, match=r"dtype 'bfloat16' -> 'float32'"):
+        run(toy, known, EngineSampler("float32"), n=4)
+    with pytest.warns(UserWarning, match=r"does not record the kernels its 6 samples"):
+        res = run(toy, known, EngineSampler("bfloat16"), n=4)
+    assert res["meta"]["dtype"] == "bfloat16" and res["meta"]["sampling_calls"][0]["dtype"] == "bfloat16"
 
 
 def test_load_samples_tolerates_only_a_truncated_last_line(tmp_path):

@@ -8,13 +8,17 @@ correct counts (n, c) -> unbiased pass@k for k = 1, 2, 4, ..., n and bootstrap C
 Rerunning with the same ``out`` resumes: samples already in ``samples.jsonl`` are never recomputed, and
 the model is not even loaded when nothing is left to sample. Raising ``n`` later adds samples to the same
 folder; sampling settings that change what a sample is (model, temperature, top_p, max_new_tokens, seed,
-few_shot) must match (see :mod:`sagerl.eval.samples`).
+few_shot) must match, and so must the engine that would draw the new samples: the resolved dtype, the
+backend and the kernels (:data:`sagerl.eval.samples.ENGINE_KEYS`), checked before the model is loaded
+(see :mod:`sagerl.eval.samples`). ``results.json`` records what drew the samples (``meta.sampling_calls``:
+every call that drew some, with its engine, count and time), not what the last call asked for.
 """
 
 from __future__ import annotations
 
 import platform
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +31,17 @@ from sagerl.eval.results import summarize, write_results
 from sagerl.eval.samplers import Sampler, sample_seed
 from sagerl.eval.samples import (
     CONFIG_FILE,
+    ENGINE_KEYS,
     SAMPLES_FILE,
     SampleWriter,
+    begin_sampling_call,
+    check_engine,
     check_or_write_config,
+    end_sampling_call,
     load_samples,
+    recorded_calls,
 )
+from sagerl.precision import DTYPES
 from sagerl.run_lock import run_lock
 
 PLOT_FILE = "passk.png"
@@ -150,6 +160,8 @@ def evaluate(
         raise ConfigError(f"few_shot must be >= 0, got {few_shot}")
     if backend not in ("hf", "vllm"):
         raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+    if dtype not in (*DTYPES, "float16"):
+        raise ConfigError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}, float16")
     if vllm_args and backend != "vllm":
         raise ConfigError("--vllm-arg is for --backend vllm")
     if backend == "vllm" and sampler is None:
@@ -214,6 +226,60 @@ def _todo(problems: dict[str, list[Any]], n: int, records: dict) -> list[tuple[s
     return todo
 
 
+def _kernels(on_cpu: bool) -> str | None:
+    """The kernels a sampler's arithmetic runs: torch's CPU capability, or ``cuda:<GPU name>``."""
+    import torch
+
+    if on_cpu:
+        from sagerl.determinism import cpu_kernels
+
+        return cpu_kernels()
+    return f"cuda:{torch.cuda.get_device_name()}"
+
+
+def sampler_engine(sampler: Sampler, backend: str) -> dict[str, Any]:
+    """The :data:`~sagerl.eval.samples.ENGINE_KEYS` of a built sampler: its ``dtype`` (None when it does not
+    say), its ``name``, and the kernels of its device (``on_cpu`` or ``device``; a CPU when it says neither)."""
+    on_cpu = getattr(sampler, "on_cpu", None)
+    if on_cpu is None:
+        on_cpu = not str(getattr(sampler, "device", None) or "cpu").startswith("cuda")
+    engine = {"dtype": getattr(sampler, "dtype", None), "backend": getattr(sampler, "name", backend)}
+    return {**engine, "kernels": _kernels(bool(on_cpu))}
+
+
+def planned_engine(backend: str, dtype: str) -> dict[str, Any]:
+    """The engine :func:`~sagerl.eval.backends.make_sampler` would build, without loading a model: the dtype as
+    the samplers resolve it (:func:`sagerl.precision.resolve_dtype`; vLLM on a GPU keeps ``auto``, its own
+    choice from the checkpoint), the backend, and the kernels of the device it would run on."""
+    from sagerl.precision import resolve_dtype
+
+    if backend == "vllm":
+        from sagerl.eval.vllm_backend import engine_on_cpu
+
+        on_cpu = engine_on_cpu()
+    else:
+        import torch
+
+        on_cpu = not torch.cuda.is_available()
+    resolved = dtype
+    if dtype != "float16" and (on_cpu or backend == "hf"):
+        with warnings.catch_warnings():  # the sampler warns about a slow bfloat16 itself
+            warnings.simplefilter("ignore")
+            resolved = resolve_dtype(dtype, "cpu" if on_cpu else "cuda")
+    return {"dtype": resolved, "backend": backend, "kernels": _kernels(on_cpu)}
+
+
+def _ran(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per :data:`~sagerl.eval.samples.ENGINE_KEYS`, the value every call that drew samples had (None when
+    they differ or one is not recorded)."""
+    drew = [c for c in calls if c.get("samples")]
+    ran = {}
+    for key in ENGINE_KEYS:
+        values = {c.get(key) for c in drew}
+        ran[key] = values.pop() if len(values) == 1 else None
+    return ran
+
+
 def _evaluate_locked(
     model: str | None,
     out: Path,
@@ -249,16 +315,29 @@ def _evaluate_locked(
     remaining = sum(len(m) for _, _, m in todo)
 
     generated = 0
-    used_backend = None
     owned = None
+    sampling = False
     try:
         if remaining:
+            # the engine that would draw the new samples must be the one that drew the old: checked before the
+            # model loads, then again with what the sampler built says (nothing written in between)
+            engine = (
+                sampler_engine(sampler, backend) if sampler is not None else planned_engine(backend, dtype)
+            )
+            note = check_engine(out, stored, engine, len(records))
+            if note:
+                warnings.warn(note, stacklevel=3)
             if sampler is None:
                 sampler = make_sampler(
                     backend, model, batch_size=batch_size, dtype=dtype, seed=seed, vllm_args=vllm_args
                 )
                 owned = sampler  # closed below (vLLM's engine processes exit with it)
-            used_backend = getattr(sampler, "name", backend)
+                built = sampler_engine(sampler, backend)
+                if built != engine:
+                    check_engine(out, stored, built, len(records))
+                    engine = built
+            stored = begin_sampling_call(out, stored, engine, len(records))
+            sampling, sampling_t0 = True, time.perf_counter()
             prompts = {
                 (name, str(p.id)): render_prompt(
                     sampler.tokenizer,
@@ -310,7 +389,14 @@ def _evaluate_locked(
                     writer.write(lines)
                     generated += len(lines)
                     bar.advance(task, len(lines))
+            stored = end_sampling_call(out, stored, generated, time.perf_counter() - sampling_t0)
+            sampling = False
     finally:
+        if sampling:  # stopped by an error: record what it drew (a killed call is counted by the next one)
+            try:
+                end_sampling_call(out, stored, generated, time.perf_counter() - sampling_t0, interrupted=True)
+            except Exception:  # noqa: BLE001 - the error that stopped sampling is the one to report
+                pass
         if owned is not None and hasattr(owned, "close"):
             owned.close()
 
@@ -327,6 +413,7 @@ def _evaluate_locked(
             "few_shot": few_shots[name],
         }
     summary = summarize(counts, n, extra=extra)
+    calls = recorded_calls(out, stored, len(records))
     from sagerl.eval.passk import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
 
     meta = {
@@ -337,8 +424,7 @@ def _evaluate_locked(
         "max_new_tokens": int(max_new_tokens),
         "seed": int(seed),
         "few_shot": few_shot,
-        "backend": used_backend or backend,
-        "dtype": getattr(sampler, "dtype", dtype) if sampler is not None else dtype,
+        **_ran(calls),
         "batch_size": getattr(sampler, "batch_size", batch_size) if sampler is not None else batch_size,
         "datasets": list(problems),
         "limit": limit,
@@ -348,6 +434,8 @@ def _evaluate_locked(
         "samples_generated_this_call": generated,
         "samples_total": total,
         "elapsed_s_this_call": round(time.perf_counter() - t0, 3),
+        "sampling_calls": [c for c in calls if c.get("samples")],
+        "sampling_s": round(sum(float(c.get("elapsed_s") or 0.0) for c in calls if c.get("samples")), 3),
         "started_at": stored.get("created_at"),
         "finished_at": _now(),
         "sagerl_version": __version__,
