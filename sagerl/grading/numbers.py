@@ -27,12 +27,13 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["REL_TOL", "normalize_thousands", "numbers_equal"]
+__all__ = ["REL_TOL", "canonical_form", "normalize_thousands", "numbers_equal"]
 
 REL_TOL = Fraction(1, 10**6)
 """Relative tolerance when either value holds a decimal: \\|a - b\\| <= REL_TOL * max(\\|a\\|, \\|b\\|)."""
 
 _EXACT_DIGITS = 50
+_KEY_DIGITS = 30  # significant digits of an irrational number's canonical form
 _EXACT_REL_TOL = 1e-30
 _MAX_BITS = 1_000_000  # the largest exact power built: about 300,000 decimal digits
 _MAX_FACTORIAL = 20_000
@@ -172,3 +173,45 @@ def numbers_equal(gold, pred) -> bool | None:
         return None
     except (TypeError, ValueError, ArithmeticError, AttributeError, RecursionError):
         return None
+
+
+def canonical_form(expr) -> str:
+    """A string that two parsed answers (SymPy objects from ``math_verify.parse``) share when they are the same
+    value: the identity of a final answer, for counting and clustering answers (where a pairwise comparison cannot
+    serve: counts key each answer alone).
+
+    - an exact number or a decimal: its exact rational value, ``p/q`` in lowest terms (``1/2``, ``0.5``,
+      ``\\frac{2}{4}`` and ``0.50`` all give ``1/2``; ``2^{10}`` gives ``1024``);
+    - another number (``\\sqrt{2}/2``, ``\\frac{1}{\\sqrt{2}}``, ``\\pi``): its value to 30 significant digits;
+    - an assignment ``x = v``: the form of v (as the grader reads ``x = 5`` for ``5``);
+    - a tuple: its elements' forms in order; a set: its elements' forms, sorted;
+    - anything else (symbols, expressions, intervals, percentages): SymPy's printed form, in which the parser has
+      already ordered sums and products (``x + 1`` for ``1+x``).
+
+    Coarser than the grader in one way: a decimal is its exact value, so ``0.333333`` and ``\\frac13`` (equal for
+    the grader, within :data:`REL_TOL`) are two forms. Numbers too large to build exactly keep the printed form.
+    """
+    import sympy
+
+    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
+        return canonical_form(expr.rhs)
+    if isinstance(expr, sympy.Tuple):
+        return "(" + ", ".join(canonical_form(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.FiniteSet):
+        return "{" + ", ".join(sorted(canonical_form(a) for a in expr.args)) + "}"
+    if _is_number(expr):
+        try:
+            value = _rational(expr)
+        except _TooLarge:
+            return str(expr)
+        except (TypeError, ValueError, ArithmeticError, AttributeError, RecursionError):
+            value = None
+        if value is not None:
+            return str(value)
+        try:
+            approx = sympy.N(expr, _KEY_DIGITS)
+        except (TypeError, ValueError, ArithmeticError, AttributeError, RecursionError):
+            return str(expr)
+        if approx.is_number and not approx.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
+            return str(approx)
+    return str(expr)

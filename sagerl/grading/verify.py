@@ -25,6 +25,7 @@ A comparison that runs out of time counts as incorrect.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -40,9 +41,9 @@ from typing import TypeVar
 
 from sagerl.grading.answers import extract_answer
 from sagerl.grading.knights import kk_extract, kk_is_correct
-from sagerl.grading.numbers import normalize_thousands, numbers_equal
+from sagerl.grading.numbers import canonical_form, normalize_thousands, numbers_equal
 
-__all__ = ["answers_match", "grade", "is_correct", "serve_worker"]
+__all__ = ["answer_key", "answers_match", "grade", "is_correct", "serve_worker"]
 
 _T = TypeVar("_T")
 _RETRIGGER_S = 0.05
@@ -86,6 +87,18 @@ def _math_equal(pred: str, gold: str) -> bool:
         if verdict is not None:
             return verdict
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def _parsed_key(answer: str) -> str | None:
+    """:func:`sagerl.grading.numbers.canonical_form` of a bare answer parsed by math-verify; None when it does
+    not parse into SymPy. math-verify's own timeouts are off (the caller bounds the time)."""
+    from math_verify import parse
+    from sympy import Basic
+
+    parsed = parse(_wrap(answer), parsing_timeout=None)  # type: ignore[arg-type]
+    if not parsed or not isinstance(parsed[0], Basic):
+        return None
+    return canonical_form(parsed[0])
 
 
 def _can_use_signals() -> bool:
@@ -148,6 +161,11 @@ def _compare_in_this_thread(pred: str, gold: str, timeout: float) -> bool:
     return bool(finished and result)
 
 
+def _key_in_this_thread(answer: str, timeout: float) -> str | None:
+    finished, result = _call_with_deadline(lambda: _parsed_key(answer), timeout)
+    return result if finished else None
+
+
 class _VerifyWorker:
     """One helper process that compares answers for callers outside the main thread (see module doc)."""
 
@@ -169,25 +187,38 @@ class _VerifyWorker:
 
     def compare(self, pred: str, gold: str, timeout: float) -> bool:
         """True when ``pred`` equals ``gold``; False when not, or when no answer came within the limit."""
+        reply = self._ask({"pred": pred, "gold": gold, "timeout": timeout}, timeout)
+        return bool(reply is not None and reply.get("equal"))
+
+    def key(self, answer: str, timeout: float) -> str | None:
+        """:func:`_parsed_key` of ``answer``; None when it does not parse or no answer came within the limit."""
+        reply = self._ask({"key": answer, "timeout": timeout}, timeout)
+        value = None if reply is None else reply.get("key")
+        return value if isinstance(value, str) else None
+
+    def _ask(self, request: dict, timeout: float) -> dict | None:
+        """Send one request, return its JSON reply; None (and the helper stopped) when none came in time."""
         with self._lock:
             proc = self._ensure_started()
-            request = json.dumps({"pred": pred, "gold": gold, "timeout": timeout}) + "\n"
             try:
                 assert proc.stdin is not None
-                proc.stdin.write(request.encode())
+                proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
             except OSError:
                 self._stop()
-                return False
+                return None
             line = self._read_line(timeout + _WORKER_GRACE_S)
             if line is None:
                 self._stop()
-                return False
+                return None
             try:
-                return bool(json.loads(line)["equal"])
-            except (ValueError, KeyError, TypeError):
+                reply = json.loads(line)
+            except ValueError:
+                reply = None
+            if not isinstance(reply, dict):
                 self._stop()
-                return False
+                return None
+            return reply
 
     def close(self) -> None:
         """Stop the helper process, if any (a later call starts a new one)."""
@@ -273,12 +304,17 @@ def serve_worker() -> None:
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            equal = _compare_in_this_thread(
-                str(request["pred"]), str(request["gold"]), float(request["timeout"])
-            )
+            if "key" in request:
+                reply = {"key": _key_in_this_thread(str(request["key"]), float(request["timeout"]))}
+            else:
+                reply = {
+                    "equal": _compare_in_this_thread(
+                        str(request["pred"]), str(request["gold"]), float(request["timeout"])
+                    )
+                }
         except Exception:
-            equal = False
-        out.write(json.dumps({"equal": equal}) + "\n")
+            reply = {"key": None} if isinstance(request, dict) and "key" in request else {"equal": False}
+        out.write(json.dumps(reply) + "\n")
 
 
 def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
@@ -306,6 +342,34 @@ def answers_match(pred: str, gold: str, *, timeout: float = 5.0) -> bool:
     if _can_use_signals():
         return _compare_in_this_thread(pred, gold, timeout)
     return _WORKER.compare(pred, gold, timeout)
+
+
+@functools.lru_cache(maxsize=65536)
+def answer_key(answer: str, *, timeout: float = 5.0) -> str | None:
+    """The identity of a bare final answer: two answers the grader holds equal share it (with the one exception
+    of :func:`sagerl.grading.numbers.canonical_form`: a decimal is its exact value). For counting and clustering
+    answers (outcome-based exploration's N(x, a), DARLING's answer partition), where ``1/2`` and ``0.5`` must be
+    one answer.
+
+    Thousands separators are dropped and the answer is parsed by math-verify under the same per-answer time limit
+    as :func:`answers_match`; the key is the :func:`~sagerl.grading.numbers.canonical_form` of what it parses
+    (``1/2`` for ``0.5``, ``\\frac{1}{2}`` and ``x = 0.5``). An answer that does not parse, or not in time, keeps its
+    own text with white space removed. Results are cached (the same answers recur across rollouts).
+
+    Returns:
+        The key; None for an empty answer.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+        RuntimeError: outside the main thread only, when the helper process cannot be started.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    text = normalize_thousands(answer.strip())
+    if not text:
+        return None
+    key = _key_in_this_thread(text, timeout) if _can_use_signals() else _WORKER.key(text, timeout)
+    return key if key is not None else "".join(text.split())
 
 
 def is_correct(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sagerl.grading import extract_answer, grade, kk_extract
+from sagerl.grading import answer_key, extract_answer, grade, kk_extract
 from sagerl.tasks import planted
 
 TASK_VERIFIERS: dict[str, Callable[[str, str], tuple[str | None, bool]]] = {"planted": planted.verify}
@@ -43,9 +43,9 @@ _SPACE = re.compile(r"\s+")
 
 
 def answer_normal_form(answer: str | None) -> str | None:
-    """The normal form two final answers are compared in: white space removed, then surrounding ``$`` signs;
-    None (no answer) for None or an empty answer. ``"x = 3"`` and ``"x=3"`` are one answer; ``"1/2"`` and
-    ``"0.5"`` are two (no math-verify: the outcome-based methods count answers at every rollout)."""
+    """The textual normal form of a final answer: white space removed, then surrounding ``$`` signs; None (no
+    answer) for None or an empty answer. ``"x = 3"`` and ``"x=3"`` are one answer; ``"1/2"`` and ``"0.5"`` are two
+    here (:func:`final_answer` gives math answers their value's form instead, :func:`sagerl.grading.answer_key`)."""
     if answer is None:
         return None
     text = _SPACE.sub("", answer).strip("$")
@@ -55,10 +55,14 @@ def answer_normal_form(answer: str | None) -> str | None:
 def final_answer(
     completion: str, row: Mapping[str, Any] | None = None, *, fallback_to_last_number: bool = False
 ) -> str | None:
-    """The final answer of a completion in its normal form (:func:`answer_normal_form`), as the grader of the
-    row's kind reads it, without grading it: a task verifier's reading (the planted task's boxed digit), the
-    Knights-and-Knaves roles, or the final box (the last number with ``fallback_to_last_number``). None: no
-    answer.
+    """The final answer of a completion in its normal form, as the grader of the row's kind reads it, without
+    grading it: a task verifier's reading (the planted task's boxed digit), the Knights-and-Knaves roles, or the
+    final box (the last number with ``fallback_to_last_number``). None: no answer.
+
+    The normal form of a math answer (kind ``math``) is its value's, :func:`sagerl.grading.answer_key` (math-verify's
+    parse, exact rationals for numbers): answers the grader holds equal are one answer (``1/2``, ``0.5`` and
+    ``\\frac{1}{2}`` all read ``1/2``), so outcome counts and answer partitions count values, not spellings. Other
+    kinds, whose answers have one spelling, take :func:`answer_normal_form`.
 
     Args:
         completion: the completion's text. row: its training row (``kind``, ``answer``, ``problem``; a row
@@ -72,4 +76,6 @@ def final_answer(
         answer = kk_extract(completion, row["answer"])
     else:
         answer = extract_answer(completion, fallback_to_last_number=fallback_to_last_number)
+        if kind == "math" and answer_normal_form(answer) is not None:
+            return answer_key(answer.strip().strip("$"))
     return answer_normal_form(answer)

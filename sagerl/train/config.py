@@ -246,7 +246,7 @@ class SAGEConfig(GRPOConfig):
         default="constant",
         metadata={
             "help": f"Schedule of the guide strength (γ, α or σ) over optimizer steps: one of {SCHEDULES}, its "
-            "multiplier from 1 to guide_schedule_min (step: at half of max_steps)."
+            "multiplier from 1 at the first step to guide_schedule_min at the last (step: at half of the run)."
         },
     )
     guide_schedule_restarts: int = field(default=0, metadata={"help": "Cosine schedule: number of restarts."})
@@ -286,7 +286,12 @@ class SAGEConfig(GRPOConfig):
         },
     )
     dynamic_sampling: bool = field(
-        default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards are all equal."}
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop groups whose accuracy is the same for every completion; with "
+            "darling, ucb_mean, ucb_con and outcome_batch (their bonus lives on such groups), drop the groups "
+            "whose advantages are all zero."
+        },
     )
     max_num_gen_batches: int = field(
         default=1,
@@ -307,20 +312,21 @@ class SAGEConfig(GRPOConfig):
         default="constant",
         metadata={
             "help": f"How k moves over the optimizer steps, from passk_k to passk_k_end: one of {SCHEDULES} "
-            "(step: at passk_k_switch of max_steps). k is rounded to an integer at each rollout."
+            "(step: at passk_k_switch of the run). k is read and rounded to an integer at each rollout."
         },
     )
     passk_k_end: int | None = field(
         default=None,
         metadata={
-            "help": "k at the last optimizer step of a passk_k_schedule other than constant "
+            "help": "k at the last rollout of a passk_k_schedule other than constant "
             "(1 <= k <= num_generations)."
         },
     )
     passk_k_switch: float = field(
         default=0.5,
         metadata={
-            "help": "passk_k_schedule='step': the share of max_steps, in (0, 1], from which k is passk_k_end."
+            "help": "passk_k_schedule='step': the share of the run (first to last rollout), in (0, 1], from which k "
+            "is passk_k_end."
         },
     )
     passk_mix_weight: float | None = field(
@@ -555,7 +561,7 @@ class SAGEConfig(GRPOConfig):
         ):
             raise ConfigError(
                 f"advantage_estimator={estimator!r} reads the completions' text, which DAPO's refill does not keep "
-                "across rounds: set max_num_gen_batches=1 (drop equal-reward groups without refill)"
+                "across rounds: set max_num_gen_batches=1 (dynamic sampling without refill)"
             )
         if self.signed_samples_only and estimator not in ("psr", "nsr"):
             raise ConfigError(
@@ -607,7 +613,7 @@ class SAGEConfig(GRPOConfig):
         else:
             if self.passk_k_end is None:
                 raise ConfigError(
-                    f"passk_k_schedule={self.passk_k_schedule!r} needs passk_k_end (k at the last optimizer step)"
+                    f"passk_k_schedule={self.passk_k_schedule!r} needs passk_k_end (k at the last rollout)"
                 )
             for name in ("passk_k", "passk_k_end"):
                 if getattr(self, name) not in allowed:

@@ -20,7 +20,11 @@ on the same global batch, guide noise included (tests/train/multiprocess).
 The estimators that read the completions (DARLING's partitions, outcome-based exploration's final answers;
 :data:`sagerl.objective.ADVANTAGE_INPUTS`) get them from the texts TRL scores, gathered over the processes; the
 outcome counts N(x, a) are trainer state, saved in each checkpoint (``sage_outcome_counts.json``) and restored
-on resume. ``passk_k`` follows ``passk_k_schedule`` over the optimizer steps.
+on resume. ``passk_k`` follows ``passk_k_schedule`` over the optimizer steps, reaching ``passk_k_end`` at the last
+rollout (:func:`last_rollout_step`); the guide's strength follows ``guide_schedule``, reaching its end at the last
+optimizer step. DAPO's dynamic sampling drops the groups of equal accuracy, or, for the estimators whose advantages
+live on such groups too (:data:`sagerl.objective.SIGNAL_ON_EQUAL_REWARDS`: DARLING, the outcome bonuses), the
+groups whose advantages are all zero.
 
 TRL internals this relies on are checked by tests/train/test_trl_contract.py, which fails loudly if a TRL
 upgrade changes them.
@@ -42,6 +46,7 @@ from sagerl.errors import ConfigError
 from sagerl.eval.samplers import sample_seed
 from sagerl.objective import (
     ADVANTAGE_INPUTS,
+    SIGNAL_ON_EQUAL_REWARDS,
     GuideParams,
     OutcomeCounts,
     compute_advantages,
@@ -55,6 +60,7 @@ from sagerl.objective import (
     sage_loss,
     shaped_kl,
     ucb_bonus,
+    zero_advantage_mask,
 )
 from sagerl.objective.multi_reward import normalize_then_sum_advantages
 from sagerl.tasks.planted import NO_STRATEGY, read_strategy
@@ -66,6 +72,23 @@ from sagerl.train.vllm_rollouts import check_vllm_training, cpu_engine_dtype, in
 
 OUTCOME_COUNTS_FILE = "sage_outcome_counts.json"
 """The outcome counts N(x, a) of a checkpoint (outcome-based exploration's UCB estimators)."""
+
+
+def last_rollout_step(
+    max_steps: int, steps_per_generation: int, gradient_accumulation_steps: int, num_iterations: int = 1
+) -> int:
+    """The optimizer step (``global_step``, from 0) at which TRL makes the last rollout of a ``max_steps`` run: the
+    step at which a schedule read at rollout time (the k of pass@k) must reach its end value.
+
+    TRL counts micro-batches: it rolls out at micro-batch m (from 0) when m is a multiple of
+    ``steps_per_generation × num_iterations``, and micro-batch m belongs to optimizer step
+    m // ``gradient_accumulation_steps``; the run has ``max_steps × gradient_accumulation_steps`` micro-batches.
+    With one micro-batch per step, the rollouts are at steps 0, s, 2s, ... (s = ``steps_per_generation``) and the
+    last one at s·⌊(max_steps − 1)/s⌋.
+    """
+    micro_batches = max_steps * gradient_accumulation_steps
+    every = steps_per_generation * num_iterations
+    return (max(micro_batches - 1, 0) // every) * every // gradient_accumulation_steps
 
 
 def _draws_noise(guide: str, params: GuideParams) -> bool:
@@ -606,7 +629,11 @@ class SAGETrainer(GRPOTrainer):
             raise ConfigError(f"advantage_estimator={estimator!r}: {exc}") from exc
         if self.args.multi_objective_aggregation == "normalize_then_sum":
             advantages = normalize_then_sum_advantages(rewards_per_func, weights, group_size)
-        if self.args.dynamic_sampling:
+        if self.args.dynamic_sampling and estimator in SIGNAL_ON_EQUAL_REWARDS:
+            # DARLING's and the outcome bonuses' signal lives on groups of equal accuracy too: drop the groups
+            # that carry none (all advantages zero), not the groups of equal accuracy
+            group_keep = zero_advantage_mask(advantages, group_size)
+        elif self.args.dynamic_sampling:
             group_keep = dynamic_sampling_mask(self._filter_signal(rewards_per_func), group_size)
         else:
             group_keep = torch.ones_like(rewards, dtype=torch.bool)
@@ -643,16 +670,23 @@ class SAGETrainer(GRPOTrainer):
         return output
 
     def _passk_k(self) -> int:
-        """The k of pass@k at this optimizer step: ``passk_k``, or ``passk_k_schedule`` from ``passk_k`` to
-        ``passk_k_end`` over ``max_steps``, rounded to an integer (:func:`sagerl.objective.integer_at`)."""
+        """The k of pass@k at this optimizer step: ``passk_k``, or ``passk_k_schedule`` from ``passk_k`` at step 0 to
+        ``passk_k_end`` at the last rollout (:func:`last_rollout_step`), rounded to an integer
+        (:func:`sagerl.objective.integer_at`). A run with one rollout trains with ``passk_k``."""
         args = self.args
         if args.passk_k_schedule == "constant":
             return args.passk_k
         if self._k_schedule is None:
+            last = last_rollout_step(
+                self.state.max_steps,
+                args.steps_per_generation,
+                args.gradient_accumulation_steps,
+                self.num_iterations,
+            )
             self._k_schedule = make_schedule(
                 args.passk_k_schedule,
                 args.passk_k,
-                total_steps=max(self.state.max_steps, 1),
+                total_steps=max(last, 1),
                 lower=args.passk_k_end,
                 switch=args.passk_k_switch,
             )
@@ -750,12 +784,13 @@ class SAGETrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
     def _guide_strength(self) -> float:
-        """Multiplier of the guide strength at this optimizer step (1 for the constant schedule)."""
+        """Multiplier of the guide strength at this optimizer step (1 for the constant schedule): from 1 at step 0
+        to ``guide_schedule_min`` at the last optimizer step, ``max_steps − 1`` (the guide is read at every step)."""
         if self._guide_schedule is None:
             self._guide_schedule = make_schedule(
                 self.args.guide_schedule,
                 1.0,
-                total_steps=max(self.state.max_steps, 1),
+                total_steps=max(self.state.max_steps - 1, 1),
                 lower=self.args.guide_schedule_min,
                 num_restarts=self.args.guide_schedule_restarts,
             )

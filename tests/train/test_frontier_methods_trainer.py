@@ -11,7 +11,13 @@ from datasets import Dataset
 from test_trainer_loss import GROUP, rollout
 
 from sagerl.errors import ConfigError
-from sagerl.objective import ADVANTAGE_INPUTS, compute_advantages, lexical_partition, partition_from_keys
+from sagerl.objective import (
+    ADVANTAGE_INPUTS,
+    compute_advantages,
+    lexical_partition,
+    partition_from_keys,
+    zero_advantage_mask,
+)
 from sagerl.train import SAGEConfig, SAGETrainer
 from sagerl.train.run import build_trainer_config, resolve_config
 
@@ -135,12 +141,172 @@ def test_the_k_schedule_follows_the_optimizer_step(tiny_model, tmp_path):
     trainer, reward = make(
         tiny_model, tmp_path, advantage_estimator="pkpo", passk_k=4, passk_k_schedule="linear", passk_k_end=1
     )
-    for step, k in ((0, 4), (3, 2), (5, 1)):  # round(4 − 3·s/5)
+    # max_steps = 5, a rollout per step: the last one at step 4, where k = passk_k_end
+    for step, k in ((0, 4), (3, 2), (4, 1)):  # round(4 − 3·s/4)
         trainer.state.global_step = step
         inputs = rollout(trainer)
         rewards = torch.tensor(reward.calls[-1][0])
         torch.testing.assert_close(inputs["advantages"], compute_advantages("pkpo", rewards, GROUP, k=k))
         assert trainer._metrics["train"]["passk_k"][-1] == k
+
+
+def rollout_steps(max_steps: int, steps_per_generation: int, accumulation: int, iterations: int) -> list[int]:
+    """The optimizer steps at which TRL's loop rolls out, by running its counter: a rollout at every micro-batch
+    whose index is a multiple of steps_per_generation × num_iterations (GRPOTrainer._prepare_inputs)."""
+    return [
+        m // accumulation
+        for m in range(max_steps * accumulation)
+        if m % (steps_per_generation * iterations) == 0
+    ]
+
+
+@pytest.mark.parametrize("accumulation, iterations", [(1, 1), (2, 1), (1, 2), (4, 1)])
+def test_the_last_rollout_step_is_the_loops(accumulation, iterations):
+    from sagerl.train.trainer import last_rollout_step
+
+    for max_steps in range(1, 13):
+        for spg in range(1, 6):
+            expected = rollout_steps(max_steps, spg, accumulation, iterations)[-1]
+            assert last_rollout_step(max_steps, spg, accumulation, iterations) == expected
+    assert (
+        last_rollout_step(4, 1, 1) == 3
+        and last_rollout_step(4, 2, 1) == 2
+        and last_rollout_step(5, 2, 1) == 4
+    )
+
+
+def test_every_schedule_reaches_its_end_at_the_last_rollout(tiny_model, tmp_path):
+    """For every kind and every steps_per_generation, k is passk_k at the first rollout and passk_k_end at the last;
+    the guide's strength is 1 at step 0 and guide_schedule_min at the last optimizer step."""
+    trainer, _ = make(
+        tiny_model, tmp_path, advantage_estimator="pkpo", passk_k=4, passk_k_schedule="linear", passk_k_end=1
+    )
+    args = trainer.args
+    for kind in ("linear", "cosine", "step"):
+        for spg in (1, 2, 3, 4):
+            for max_steps in range(2, 10):
+                steps = rollout_steps(max_steps, spg, 1, 1)
+                trainer.state.max_steps = max_steps
+                args.passk_k_schedule, args.steps_per_generation = kind, spg
+                args.guide_schedule, args.guide_schedule_min = kind, 0.25
+                trainer._k_schedule = trainer._guide_schedule = None
+                ks = []
+                for step in steps:
+                    trainer.state.global_step = step
+                    ks.append(trainer._passk_k())
+                assert ks[0] == 4 and (len(steps) == 1 or ks[-1] == 1), (kind, spg, max_steps, ks)
+                assert all(1 <= k <= 4 for k in ks)
+                trainer.state.global_step = 0
+                assert trainer._guide_strength() == 1.0
+                trainer.state.global_step = max_steps - 1
+                assert trainer._guide_strength() == pytest.approx(0.25), (kind, spg, max_steps)
+
+
+@pytest.mark.parametrize("spg, expected", [(1, {1: 4, 2: 3, 3: 2, 4: 1}), (2, {1: 4, 3: 1})])
+def test_a_four_step_run_ends_at_passk_k_end(spg, expected, tiny_model, tmp_path):
+    """Four optimizer steps of linear k 4 -> 1 and a linear guide 1 -> 0, read back from metrics.jsonl: k is 1 at the
+    last rollout (step 4 with a rollout per step; step 3 with one per two steps) and the guide's strength 0 at the
+    last step (before: k ended at 2 and 3, the strength at 0.25)."""
+    import json
+
+    from sagerl.train.metrics import MetricsJSONLCallback
+
+    out = tmp_path / "run"
+    args = SAGEConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=2 * GROUP,
+        num_generations=GROUP,
+        steps_per_generation=spg,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        beta=0.05,
+        guide="branch",
+        guide_schedule="linear",
+        guide_schedule_min=0.0,
+        report_to="none",
+        seed=3,
+        max_steps=4,
+        logging_steps=1,
+        save_strategy="no",
+        bf16=False,
+        use_cpu=True,
+        disable_tqdm=True,
+        advantage_estimator="pkpo",
+        passk_k=4,
+        passk_k_schedule="linear",
+        passk_k_end=1,
+    )
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [f"What is {a} + {a + 1}?" for a in range(8)],
+            "answer": [str(2 * a + 1) for a in range(8)],
+        }
+    )
+    trainer = SAGETrainer(
+        model=str(tiny_model),
+        reward_funcs=[TextRecordingReward()],
+        args=args,
+        train_dataset=dataset,
+        callbacks=[MetricsJSONLCallback(out / "metrics.jsonl")],
+    )
+    trainer.train()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert {r["step"]: r["passk_k"] for r in rows if "passk_k" in r} == expected
+    assert [r["guide/strength"] for r in rows] == pytest.approx([1.0, 2 / 3, 1 / 3, 0.0])
+
+
+class FirstGroupWrongReward(TextRecordingReward):
+    """The first group all wrong, the others as TextRecordingReward."""
+
+    def __call__(self, completions, completion_ids, **kwargs):
+        rewards = super().__call__(completions, completion_ids, **kwargs)
+        rewards[:GROUP] = [0.0] * GROUP
+        self.calls[-1] = (rewards, *self.calls[-1][1:])
+        return rewards
+
+
+def test_dynamic_sampling_keeps_the_all_wrong_groups_an_outcome_bonus_acts_on(tiny_model, tmp_path):
+    """UCB-Con with dynamic sampling: the all-wrong group has its bonus (advantages c·(b − b₀) ≠ 0) and stays in the
+    loss; the groups whose advantages are all zero leave (before: the filter read the accuracy and dropped it)."""
+    # b₀ = 0.25: after one rollout N ≤ 4 (a group of 4), and no N in 0..4 has a bonus of 0.25 (N = 16 would), so
+    # every completion's term b − b₀ is nonzero
+    trainer, _ = make(
+        tiny_model, tmp_path, advantage_estimator="ucb_con", outcome_b0=0.25, dynamic_sampling=True
+    )
+    trainer.reward_funcs[0] = reward = FirstGroupWrongReward()
+    inputs = rollout(trainer)
+    rewards, extra = expected_inputs(trainer.args, reward, 1)
+    assert rewards[:GROUP].tolist() == [0.0] * GROUP
+    advantages = compute_advantages("ucb_con", rewards, GROUP, **trainer.args.advantage_params, **extra)
+    assert advantages[:GROUP].abs().min() > 0  # the bonus acts on every completion of the all-wrong group
+    keep = zero_advantage_mask(advantages, GROUP)
+    assert inputs["sage_keep"].tolist() == keep.float().tolist()
+    assert inputs["sage_keep"][:GROUP].tolist() == [1.0] * GROUP
+
+
+def test_answers_are_one_cluster_when_the_grader_holds_them_equal(tiny_model, tmp_path):
+    """The default final answer is the answer's value (math-verify's parse, exact rationals): 1/2, 0.5 and \\frac12
+    are one answer for the outcome counts and for DARLING's answer partition (before: three)."""
+    args = SAGEConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=2 * GROUP, num_generations=GROUP,
+        report_to="none", use_cpu=True, advantage_estimator="ucb_mean",
+    )  # fmt: skip
+    dataset = Dataset.from_dict({"prompt": ["p", "q"], "answer": ["1/2", "3"]})
+    trainer = SAGETrainer(
+        model=str(tiny_model), reward_funcs=[TextRecordingReward()], args=args, train_dataset=dataset
+    )
+    texts = ["\\boxed{1/2}", "so \\boxed{0.5}", "\\boxed{\\frac{1}{2}}", "\\boxed{3}"]
+    texts += ["\\boxed{x = 3}", "\\boxed{3}", "no answer", "\\boxed{1{,}000}"]
+    rows = [{"prompt": "p", "answer": "1/2", "kind": "math"}] * GROUP
+    rows += [{"prompt": "q", "answer": "3", "kind": "math"}] * GROUP
+    stub = {"completion_ids": torch.ones(8, 3, dtype=torch.long), "completion_mask": torch.ones(8, 3)}
+    out = trainer._text_inputs(stub, texts, rows, GROUP, "train", ("answers", "counts"), "cpu")
+    assert out["answers"].tolist() == [0, 0, 0, 1, 0, 0, -1, 1]
+    assert out["counts"].tolist() == [3, 3, 3, 1, 2, 2, 0, 1]
+    assert trainer._outcome_counts.counts == {("p", "1/2"): 3, ("p", "3"): 1, ("q", "3"): 2, ("q", "1000"): 1}
+    out = trainer._text_inputs(stub, texts, rows, GROUP, "train", ("clusters",), "cpu")
+    assert out["clusters"].tolist() == [0, 0, 0, 1, 0, 0, -1, 1]
 
 
 def test_the_strategy_oracle_needs_the_planted_task(tiny_model, tmp_path):
