@@ -7,7 +7,7 @@ Folder layout under the study folder ``OUT``::
     OUT/reference/<build>/              the same, per reference build (a study with builds)
     OUT/cells/<cell>/seed-<s>/train/    sagerl train run folder (config.yaml, metrics.jsonl, model/)
     OUT/cells/<cell>/seed-<s>/eval/     sagerl eval run folder of train/model
-    OUT/cells/<cell>/seed-<s>/cell.json status ("ok" | "failed"), error, times
+    OUT/cells/<cell>/seed-<s>/cell.json status ("ok" | "failed" | "running"), error, times (all calls')
     OUT/cells/<cell>/<build>/seed-<s>/  the same, per reference build (a study with builds)
     OUT/study.json, OUT/table.md, OUT/*.png   the aggregate (:mod:`sagerl.study.table`)
 

@@ -201,38 +201,82 @@ def run_reference(study: Study, out: Path, progress: bool = False, build: str | 
     return folder
 
 
+RUNNING_ERROR = "stopped before it finished (killed, or still running); rerun the study to resume it"
+"""The ``error`` of a ``cell.json`` whose run has not finished: what the table shows for it meanwhile."""
+
+
+def _earlier_calls(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The calls of a cell before this one, from its ``cell.json``: its ``calls``, the last marked
+    ``interrupted`` when its process stopped while running; a ``cell.json`` written before calls were recorded
+    is one call of its times."""
+    if previous is None:
+        return []
+    if "calls" in previous:
+        calls = [dict(c) for c in previous["calls"]]
+        if calls and previous.get("status") == "running":
+            calls[-1]["status"], calls[-1]["interrupted"] = "interrupted", True
+        return calls
+    call = {k: previous[k] for k in ("train_s", "eval_s", "total_s") if k in previous}
+    return [{**call, "status": previous.get("status")}]
+
+
 def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
     """Train and evaluate one cell with the study's threads; returns (and writes) its status. Never raises
-    for a failing cell (except KeyboardInterrupt)."""
+    for a failing cell (except KeyboardInterrupt).
+
+    ``cell.json``'s ``train_s``, ``eval_s`` and ``total_s`` are sums over every call that ran the cell
+    (``calls``: each one's times, status and machine), so a cell resumed after a failure or a kill reports
+    the time it took, not the resume's. It is written once training ends (status ``running``) and at the
+    end: a call killed in the middle of a stage adds the stages it finished."""
     from sagerl.eval import evaluate
     from sagerl.train.run import train
 
     folder = out / cell.folder
+    earlier = _earlier_calls(read_cell_status(out, cell))
     status: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "seed": cell.seed}
     status["overrides"] = cell.overrides
     status["settings"] = _recorded_settings(study, cell)
     status["machine"] = machine_record()  # not a setting: a rerun elsewhere resumes, the table says so
     if cell.build is not None:
         status["build"] = cell.build
+    this: dict[str, Any] = {"machine": status["machine"]}
     started = time.perf_counter()
+
+    def record(state: str) -> None:
+        this["total_s"] = round(time.perf_counter() - started, 2)
+        this["status"] = state
+        calls = [*earlier, this]
+        for key in ("train_s", "eval_s", "total_s"):
+            if any(key in c for c in calls):
+                status[key] = round(sum(float(c.get(key, 0.0)) for c in calls), 2)
+        status["calls"] = calls
+        status["status"] = state
+        if state == "running":
+            status["error"] = RUNNING_ERROR
+        elif state == "ok":
+            status.pop("error", None)
+        _write_status(out, cell, status)
+
+    stage, stage_started = "train_s", started
     try:
         with fixed_threads(study.threads):
             model = train(cell.preset, _train_overrides(study, cell), folder / "train", quiet=not progress)
-        status["train_s"] = round(time.perf_counter() - started, 2)
-        t = time.perf_counter()
+        this["train_s"] = round(time.perf_counter() - stage_started, 2)
+        record("running")  # a kill during the evaluation keeps the training's time
+        stage, stage_started = "eval_s", time.perf_counter()
         with fixed_threads(study.threads):
             evaluate(
                 str(model), study.eval.datasets, out=folder / "eval", progress=progress, **_eval_kwargs(study)
             )
-        status["eval_s"] = round(time.perf_counter() - t, 2)
-        status["status"] = "ok"
+        this["eval_s"] = round(time.perf_counter() - stage_started, 2)
+        state = "ok"
     except Exception as exc:  # a failing cell is reported, and the study goes on
-        status["status"] = "failed"
+        this[stage] = round(time.perf_counter() - stage_started, 2)
+        state = "failed"
         status["error"] = f"{type(exc).__name__}: {first_line(exc)}"
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / "error.txt", traceback.format_exc())
-    status["total_s"] = round(time.perf_counter() - started, 2)
-    _write_status(out, cell, status)
+    record(state)
     return status
 
 
