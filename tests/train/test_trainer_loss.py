@@ -274,7 +274,7 @@ def test_guide_schedule_advances_per_optimizer_step(tiny_model, tmp_path):
         trainer.state.global_step = step
         trainer.compute_loss(trainer.model, inputs)
         strengths.append(trainer._metrics["train"]["guide/strength"][-1])
-    # cosine from 1 to 0 over max_steps = 5 optimizer steps: (1 + cos(pi * step / 5)) / 2
+    # cosine from 1 at step 0 to 0 at the last of max_steps = 5 optimizer steps (step 4): (1 + cos(pi * step / 4)) / 2
     assert strengths[0] == strengths[1] == pytest.approx(1.0)
-    assert strengths[2] == strengths[3] == pytest.approx(0.5 * (1 + math.cos(math.pi * 2 / 5)))
-    assert strengths[4] == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 5)))
+    assert strengths[2] == strengths[3] == pytest.approx(0.5 * (1 + math.cos(math.pi * 2 / 4)))
+    assert strengths[4] == pytest.approx(0.0, abs=1e-12)
