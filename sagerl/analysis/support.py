@@ -233,13 +233,18 @@ def solution_diversity(
     ``distinct_strategies``, the number of distinct pattern labels over its correct completions (with a
     multi-label classifier, the size of the union of their labels; problems with a correct completion
     only); ``distinct_n`` of its correct completions (:func:`distinct_n` with ``ngram``; problems with a
-    correct completion only). Each is averaged over problems with a 95% bootstrap CI over problems.
+    correct completion only). Each is averaged over problems with a 95% bootstrap CI over problems. A run
+    whose records lack the texts (or the extracted answers), as an imported evaluation does
+    (:mod:`sagerl.interop`), gets NaN for the metrics that read them (``num_problems`` 0), not a made-up value.
 
     Returns:
         ``{"classifier", "ngram", "datasets": {name: {metric: {"mean", "ci", "num_problems"}}},
         "all": {...}}``.
     """
-    labels = run_labels(run, classifier, judge=judge, correct_only=True)
+    # an imported evaluation (sagerl.interop) has outcomes only: what needs the texts or the answers is NaN
+    recs_all = [r for probs in run.records.values() for recs in probs.values() for r in recs]
+    has_text, has_answers = all("text" in r for r in recs_all), all("extracted" in r for r in recs_all)
+    labels = run_labels(run, classifier, judge=judge, correct_only=True) if has_text else None
     from sagerl.analysis.patterns import resolve_classifier
 
     per: dict[str, dict[str, list[float]]] = {}
@@ -247,9 +252,13 @@ def solution_diversity(
         vals: dict[str, list[float]] = {"answer_entropy": [], "distinct_strategies": [], "distinct_n": []}
         for pid in run.problem_ids[ds]:
             recs = run.records[ds][pid]
-            vals["answer_entropy"].append(answer_entropy(r.get("extracted") for r in recs))
+            entropy = answer_entropy(r.get("extracted") for r in recs) if has_answers else math.nan
+            vals["answer_entropy"].append(entropy)
             correct = [i for i, r in enumerate(recs) if r["correct"]]
-            if correct:
+            if correct and labels is None:
+                vals["distinct_strategies"].append(math.nan)
+                vals["distinct_n"].append(math.nan)
+            elif correct:
                 strategies = {lab for i in correct for lab in labels[ds][pid][i] or ()}
                 vals["distinct_strategies"].append(float(len(strategies)))
                 vals["distinct_n"].append(distinct_n((recs[i].get("text", "") for i in correct), ngram))

@@ -21,7 +21,7 @@ from sagerl.errors import SagerlError
 
 __all__ = ["app", "main"]
 
-COMMAND_MODULES = ("train", "evaluate", "analyze", "study", "planted")
+COMMAND_MODULES = ("train", "evaluate", "analyze", "study", "planted", "interop")
 """Modules under ``sagerl.cli`` that register commands, in the order ``sagerl --help`` lists them."""
 for _module in COMMAND_MODULES:
     importlib.import_module(f"sagerl.cli.{_module}")
