@@ -23,6 +23,7 @@ from sagerl.objective.guides import (
     token_guide,
 )
 from sagerl.objective.loss import DIVERGENCES, KL_PLACEMENTS, LossOutput, kl_to_go, sage_loss
+from sagerl.objective.maxpo import maxpo_advantages
 from sagerl.objective.mixture import passk_mix_advantages
 from sagerl.objective.outcome_exploration import (
     OUTCOME_KINDS,
@@ -124,6 +125,7 @@ __all__ = [
     "lexical_partition",
     "likelihood_ranks",
     "make_schedule",
+    "maxpo_advantages",
     "normalize_per_sequence",
     "outcome_advantages",
     "overlong_penalty",

@@ -22,6 +22,7 @@ from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number
 from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
+from sagerl.objective.maxpo import maxpo_advantages
 from sagerl.objective.mixture import passk_mix_advantages
 from sagerl.objective.outcome_exploration import outcome_advantages
 from sagerl.objective.partition_diversity import darling_advantages
@@ -99,6 +100,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "bnpo": Estimator(bnpo_advantages, ("max_inverse_pdf",)),
     "passk": Estimator(passk_advantages, ("k",), ("k",), binary=True),
     "pkpo": Estimator(pkpo_advantages, ("k", "baseline"), ("k",)),
+    "maxpo": Estimator(maxpo_advantages, ("k",), ("k",)),
     "w_reinforce": Estimator(w_reinforce_advantages, ("lam",), binary=True, fixed={"kind": "w_reinforce"}),
     "psr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "psr"}),
     "nsr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "nsr"}),
@@ -371,6 +373,7 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **para
     - ``"grpo"`` (``scale="group" | "batch" | "none"``), ``"dr_grpo"``, ``"bnpo"``:
       :mod:`sagerl.objective.advantages`;
     - ``"passk"`` (``k``) and ``"pkpo"`` (``k``, ``baseline``): :mod:`sagerl.objective.passk_advantages`;
+    - ``"maxpo"`` (``k``, 1 ≤ k ≤ n − 1): :mod:`sagerl.objective.maxpo`;
     - ``"w_reinforce"`` (``lam``, default 0.1), ``"psr"``, ``"nsr"``: :mod:`sagerl.objective.signed_advantages`;
     - ``"unlikely"`` (``sequence_logp``: (N,) mean log π_old per token; ``beta_rank``, default 0.25):
       :mod:`sagerl.objective.unlikeliness`;

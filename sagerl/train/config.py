@@ -154,7 +154,7 @@ NUMERIC_RANGES: dict[str, Range] = {
     "guide_schedule_min": _UNIT,  # the strength's multiplier at the bottom of a cosine cycle (1 at the top)
     "kl_log_ratio_clip": _POS,
     "max_num_gen_batches": _COUNT0,  # 0: no limit
-    "passk_k": _COUNT,  # and <= num_generations, for passk and pkpo
+    "passk_k": _COUNT,  # and <= num_generations, for passk and pkpo (maxpo: num_generations - 1)
     "w_reinforce_lambda": _POS,
     "unlikeliness_beta": _UNIT,
     "clip_cov_ratio": _SHARE,
@@ -304,8 +304,8 @@ class SAGEConfig(GRPOConfig):
     passk_k: int = field(
         default=4,
         metadata={
-            "help": "k of the passk, pkpo and passk_mix advantages (1 <= k <= num_generations); with a "
-            "passk_k_schedule, k at the first optimizer step."
+            "help": "k of the passk, pkpo, maxpo and passk_mix advantages (1 <= k <= num_generations; maxpo: "
+            "<= num_generations - 1); with a passk_k_schedule, k at the first optimizer step."
         },
     )
     passk_k_schedule: str = field(
@@ -630,6 +630,11 @@ class SAGEConfig(GRPOConfig):
         ):
             raise ConfigError(
                 f"pkpo_baseline='loo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (got {max(ends)})"
+            )
+        if self.resolved_advantage_estimator == "maxpo" and max(ends) > group - 1:
+            raise ConfigError(
+                f"advantage_estimator='maxpo' needs passk_k <= num_generations - 1 = {group - 1}{scheduled} (its "
+                f"leave-two-out baseline draws k - 1 comparators from the n - 2 other completions; got {max(ends)})"
             )
 
     @property

@@ -61,6 +61,8 @@ def list_presets() -> dict[str, str]:
         "ucb-mean",
         "ucb-con",
         "outcome-batch",
+        "maxpo",
+        "maxpo-anneal",
     ]
     names.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
     return {n: _read(n).get("description", "") for n in names}

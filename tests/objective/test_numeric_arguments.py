@@ -104,6 +104,8 @@ VALID_CALLS: dict[str, dict] = {
     "LinearSchedule": dict(start=8.0, end=1.0, total_steps=10),
     "StepSchedule": dict(start=4.0, end=1.0, total_steps=10, switch=0.5),
     "integer_at": dict(schedule=objective.ConstantSchedule(2.0), step=3),
+    # issue 38's methods
+    "maxpo_advantages": dict(rewards=REWARDS, group_size=2, k=1),
 }
 """One valid call of each public callable of sagerl.objective that takes a number."""
 

@@ -112,6 +112,9 @@ EXPECTED = {
     "ucb-mean": ("none", 0.05, "reverse", "ucb_mean", "seq-mean-token-mean", 0.2, False, 0),
     "ucb-con": ("none", 0.05, "reverse", "ucb_con", "seq-mean-token-mean", 0.2, False, 0),
     "outcome-batch": ("none", 0.05, "reverse", "outcome_batch", "seq-mean-token-mean", 0.2, False, 0),
+    # issue 38's methods
+    "maxpo": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
+    "maxpo-anneal": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
 }
 METHOD_KEYS = {
     # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
@@ -143,6 +146,8 @@ METHOD_KEYS = {
     "ucb-mean": {"outcome_coef": 1.0},
     "ucb-con": {"outcome_coef": 1.0, "outcome_b0": 0.5},
     "outcome-batch": {"outcome_coef": 1.0},
+    "maxpo": {"passk_k": 4, "passk_k_schedule": "constant"},
+    "maxpo-anneal": {"passk_k": 7, "passk_k_schedule": "linear", "passk_k_end": 1},
     "dapo": {"max_num_gen_batches": 10},
     "dapo+branch": {"max_num_gen_batches": 10},
 }
@@ -206,6 +211,8 @@ def test_overrides_are_parsed_and_typed(tmp_path):
         "ucb-mean",
         "ucb-con",
         "outcome-batch",
+        "maxpo",
+        "maxpo-anneal",
     ],
 )
 def test_every_method_composes_with_the_branch_guide(method, tmp_path):

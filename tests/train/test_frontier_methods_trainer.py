@@ -112,6 +112,7 @@ CASES = {
     "ucb-mean": dict(advantage_estimator="ucb_mean", outcome_coef=0.7),
     "ucb-con": dict(advantage_estimator="ucb_con", outcome_b0=0.25),
     "outcome-batch": dict(advantage_estimator="outcome_batch"),
+    "maxpo": dict(advantage_estimator="maxpo", passk_k=2),
 }
 
 
@@ -355,6 +356,14 @@ BASE = dict(output_dir="/tmp/unused", num_generations=GROUP, per_device_train_ba
             r"passk_k_switch=0.0 must be a number in \(0, 1\]",
         ),
         (dict(passk_k_schedule="exp"), "passk_k_schedule='exp' is not one of constant, cosine, linear, step"),
+        (
+            dict(advantage_estimator="maxpo", passk_k=4),
+            r"advantage_estimator='maxpo' needs passk_k <= num_generations - 1 = 3 \(its leave-two-out",
+        ),
+        (
+            dict(advantage_estimator="maxpo", passk_k=1, passk_k_schedule="cosine", passk_k_end=4),
+            "maxpo' needs passk_k <= num_generations - 1 = 3 at every step of the schedule",
+        ),
         (dict(passk_mix_weight=1.5), r"passk_mix_weight=1.5 must be a number in \[0, 1\]"),
         (dict(passk_mix_weight=float("nan")), r"passk_mix_weight=nan must be a number in \[0, 1\]"),
         (dict(partition="semantic"), "partition='semantic' is not one of answer, lexical, strategy"),

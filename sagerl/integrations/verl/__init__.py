@@ -62,8 +62,8 @@ logger = logging.getLogger(__name__)
 
 def install() -> bool:
     """Put SAGE's actor loss into verl, and sagerl's advantage estimators as ``algorithm.adv_estimator=NAME``
-    (bnpo, passk, pkpo, w_reinforce, psr, nsr, rs_grpo, passk_mix; the ones that need more than the rewards only to
-    refuse them with the reason: :mod:`.advantages`; idempotent; verl's plugin loader runs it on ``import verl``).
+    (bnpo, passk, pkpo, maxpo, w_reinforce, psr, nsr, rs_grpo, passk_mix; the ones that need more than the rewards only
+    to refuse them with the reason: :mod:`.advantages`; idempotent; verl's plugin loader runs it on ``import verl``).
 
     Returns:
         True when installed. False, with verl left untouched and a one-line warning logged, when verl's version

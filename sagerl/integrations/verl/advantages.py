@@ -5,6 +5,7 @@ Registered through verl's public ``register_adv_est`` when the plugin loads:
 - ``bnpo``: BNPO's (R − p)/Beta_pdf(p; α, β) (Xiao et al. 2025, arXiv 2506.02864);
 - ``passk`` (Chen et al. 2025), ``pkpo`` (Walder & Karkhanis 2025): pass@k-aware advantages, with k from
   ``+algorithm.passk_k=K`` (default 4) and PKPO's baseline from ``+algorithm.pkpo_baseline=...``;
+- ``maxpo`` (Takashiro et al. 2026): max@K with the leave-two-out baseline, K from ``passk_k`` (<= n - 1);
 - ``w_reinforce`` (λ from ``+algorithm.w_reinforce_lambda``, default 0.1), ``psr``, ``nsr`` (Zhu et al. 2025);
 - ``rs_grpo`` (β_r from ``+algorithm.risk_beta``, default 2; Jiang et al. 2025) and ``passk_mix`` (sagerl's
   mixture; k from ``passk_k``, w from ``+algorithm.passk_mix_weight``, unset: per group).

@@ -15,7 +15,17 @@ from sagerl.objective import compute_advantages
 
 
 def test_what_is_registered_and_what_is_refused():
-    assert VERL_ESTIMATORS == ("bnpo", "passk", "pkpo", "w_reinforce", "psr", "nsr", "rs_grpo", "passk_mix")
+    assert VERL_ESTIMATORS == (
+        "bnpo",
+        "passk",
+        "pkpo",
+        "maxpo",
+        "w_reinforce",
+        "psr",
+        "nsr",
+        "rs_grpo",
+        "passk_mix",
+    )
     assert REFUSED == ("unlikely", "darling", "ucb_mean", "ucb_con", "outcome_batch")
 
 
@@ -26,6 +36,8 @@ def test_what_is_registered_and_what_is_refused():
         ("rs_grpo", {}, {"risk_beta": 2.0}),
         ("passk_mix", {"passk_k": 2}, {"k": 2}),
         ("passk_mix", {"passk_k": 3, "passk_mix_weight": 0.25}, {"k": 3, "mix_weight": 0.25}),
+        ("maxpo", {"passk_k": 2}, {"k": 2}),  # issue 38
+        ("maxpo", {}, {"k": 4}),
     ],
 )
 def test_estimators_group_rows_by_uid(name, algorithm, params):

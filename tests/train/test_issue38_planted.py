@@ -1,0 +1,53 @@
+"""Issue 38's presets train on the planted task: a few optimizer steps of the shipped planted reference (a 0.1 M
+model, seconds on a CPU), read back from metrics.jsonl; the annealed preset's K follows its schedule to 1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sagerl.train.run import train
+
+SMALL = {
+    "model": "planted-reference",
+    "dataset": "planted_train",
+    "per_device_train_batch_size": 32,  # 4 prompts x 8: groups with 2+ wrong completions, where max@K has signal
+    "gradient_accumulation_steps": 1,
+    "num_generations": 8,
+    "max_completion_length": 24,
+    "learning_rate": 1e-3,
+    "save_steps": 100,
+}
+
+
+def _run(preset: str, overrides: dict, tmp_path) -> tuple[list[dict], dict, dict]:
+    from safetensors.torch import load_file
+
+    from sagerl.models import resolve_model
+
+    model = train(preset, {**SMALL, **overrides}, tmp_path / preset, quiet=True)
+    rows = [json.loads(line) for line in (tmp_path / preset / "metrics.jsonl").read_text().splitlines()]
+    before = load_file(str(resolve_model("planted-reference") + "/model.safetensors"))
+    after = load_file(str(model / "model.safetensors"))
+    return rows, before, after
+
+
+@pytest.mark.parametrize(
+    "preset, overrides, ks",
+    [
+        ("maxpo", {"max_steps": 2, "passk_k": 2}, None),
+        ("maxpo-anneal", {"max_steps": 3, "passk_k": 3}, [3.0, 2.0, 1.0]),
+    ],
+)
+def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_path):
+    rows, before, after = _run(preset, overrides, tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, overrides["max_steps"] + 1))
+    assert all(abs(r["loss"]) < 10 for r in rows)
+    assert sum(r["grad_norm"] > 0 for r in rows) >= 2
+    if ks is not None:
+        assert [r["passk_k"] for r in rows] == ks
+    moved = max((after[name] - before[name]).abs().max().item() for name in before)
+    assert moved > 1e-5  # the policy trained
+    assert all(torch.isfinite(w).all() for w in after.values())
