@@ -72,7 +72,7 @@ test:
 	$(MAKE) --no-print-directory -j4 setup setup-verl setup-vllm setup-browser
 	$(BIN)/ruff check sagerl tests benchmarks constraints studies
 	$(MAKE) --no-print-directory ranges
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 	$(MAKE) --no-print-directory test-verl
 	$(MAKE) --no-print-directory test-vllm
 	$(MAKE) --no-print-directory docs-check

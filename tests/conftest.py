@@ -12,6 +12,7 @@ those tests.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,13 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 # dtype auto is float32 in the tests (and the processes they start), whatever the CPU: their numbers must not
 # depend on whether the machine has bfloat16 matrix units (sagerl.precision). Tests of bf16 ask for it.
 os.environ["SAGERL_DTYPE"] = "float32"
+# ``make test`` runs the suite on both cores (pytest-xdist, ``-n 2``): each worker keeps to one thread, since two
+# processes of two threads each on 2 cores slow each other about tenfold (spinning OpenMP threads). Set before
+# any test imports torch; the processes the tests start inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # a plugin imported it first
+        sys.modules["torch"].set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
