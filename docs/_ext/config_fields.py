@@ -222,7 +222,26 @@ def config_fields(path: str) -> list[FieldDoc]:
             default = "required"
         help_text = text(d.help) or d.docstring
         out.append(FieldDoc(d.name, d.annotation, default, text(d.unit), " ".join(help_text.split())))
-    return out
+    return out + _method_settings(cls)
+
+
+METHOD_SETTINGS_DECORATOR = "with_method_settings"
+"""A config class decorated so (``SAGEConfig``) also has a field for every method setting, which the methods'
+modules declare (``sagerl.objective.registry.METHOD_SETTINGS``) and the decorator adds after the class's own."""
+
+
+def _method_settings(cls: ast.ClassDef) -> list[FieldDoc]:
+    """The fields :data:`METHOD_SETTINGS_DECORATOR` adds to ``cls`` (none without it), read off the settings
+    (``sagerl.objective`` is pure torch: no engine is imported)."""
+    names = {ast.unparse(d.func if isinstance(d, ast.Call) else d).split(".")[-1] for d in cls.decorator_list}
+    if METHOD_SETTINGS_DECORATOR not in names:
+        return []
+    from sagerl.objective.registry import METHOD_SETTINGS
+
+    return [
+        FieldDoc(name, s.type, _shown(s.default), s.unit, " ".join(s.help.split()))
+        for name, s in METHOD_SETTINGS.items()
+    ]
 
 
 def base_class(path: str) -> str | None:

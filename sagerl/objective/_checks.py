@@ -143,3 +143,38 @@ def per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Detached (B, T) advantages from (B,), (B, 1) or (B, T) ones, broadcast to the shape of ``like``."""
     adv = advantages.detach()
     return (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(like)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a method, declared once, in the method's module, and read off from there by everything else:
+    the registry (the keyword the method's function reads), the TRL adapter's ``SAGEConfig`` (a field of that
+    name, type, default and help, its range checked at construction), the verl plugin (the ``algorithm`` key of an
+    advantage estimator) and the docs' field tables. tests/objective/test_method_settings.py fails when a method's
+    keyword has no setting, or a setting is missing from an engine."""
+
+    name: str
+    """The keyword of the method's function that it sets (``k``, ``risk_beta``)."""
+    field: str
+    """The engines' config field (``passk_k``, ``risk_beta``): a ``SAGEConfig`` field, verl's ``algorithm`` key."""
+    default: object
+    """The default, the paper's where it gives one (the function's keyword default agrees)."""
+    help: str
+    """One or two sentences, as ``--help`` prints them."""
+    allowed: Range | tuple[str, ...] | None = None
+    """A numeric range (None: the value may also be None, read as "the method's own choice" where ``type`` allows
+    it), or the names a string setting accepts."""
+    type: str = "float"
+    """The config field's annotation, as written (``int``, ``float | None``, ``str``)."""
+    unit: str = ""
+    """The unit (``nats``), shown after the option in ``--help``."""
+
+    def check(self, value: object, error: type[Exception] = ValueError) -> None:
+        """Raise ``error`` (one line naming :attr:`field`, the value and what is allowed) unless ``value`` is
+        allowed (None passes where :attr:`type` allows None)."""
+        if value is None and "None" in self.type:
+            return
+        if isinstance(self.allowed, Range):
+            check_number(self.field, value, self.allowed, error)
+        elif self.allowed is not None and value not in self.allowed:
+            raise error(f"{self.field}={value!r} is not one of {', '.join(self.allowed)}")

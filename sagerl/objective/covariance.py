@@ -35,6 +35,7 @@ from sagerl.objective._checks import (
     FINITE,
     NONNEGATIVE,
     SHARE,
+    Setting,
     as_bool_mask,
     check_number,
     check_same_shape,
@@ -45,6 +46,47 @@ from sagerl.objective.surrogate import SurrogateOutput, _check_epsilons, clipped
 
 CLIP_COV_DEFAULTS = {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
 KL_COV_DEFAULTS = {"kl_cov_ratio": 2e-3, "kl_cov_coef": 1.0}
+CLIP_COV_SETTINGS = (
+    Setting(
+        "clip_cov_ratio",
+        "clip_cov_ratio",
+        CLIP_COV_DEFAULTS["clip_cov_ratio"],
+        "Clip-Cov: share in (0, 1) of tokens detached (authors and verl: 2e-4).",
+        SHARE,
+    ),
+    Setting(
+        "clip_cov_lb",
+        "clip_cov_lb",
+        CLIP_COV_DEFAULTS["clip_cov_lb"],
+        "Clip-Cov: lower covariance bound.",
+        FINITE,
+    ),
+    Setting(
+        "clip_cov_ub",
+        "clip_cov_ub",
+        CLIP_COV_DEFAULTS["clip_cov_ub"],
+        "Clip-Cov: upper covariance bound.",
+        FINITE,
+    ),
+)
+"""Clip-Cov's settings (the ``clip_cov`` policy term's keywords)."""
+KL_COV_SETTINGS = (
+    Setting(
+        "kl_cov_ratio",
+        "kl_cov_ratio",
+        KL_COV_DEFAULTS["kl_cov_ratio"],
+        "KL-Cov: share in (0, 1) of tokens penalised (authors 2e-3, verl's default 2e-4).",
+        SHARE,
+    ),
+    Setting(
+        "kl_cov_coef",
+        "kl_cov_coef",
+        KL_COV_DEFAULTS["kl_cov_coef"],
+        "KL-Cov: coefficient of |log π − log π_old| (authors 1, verl's default 0.1).",
+        NONNEGATIVE,
+    ),
+)
+"""KL-Cov's settings (the ``kl_cov`` policy term's keywords)."""
 
 
 def check_ratio(name: str, value: float) -> None:

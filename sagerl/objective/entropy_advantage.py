@@ -14,10 +14,32 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import POSITIVE, Range, as_bool_mask, check_number, masked_zero, per_token
+from sagerl.objective._checks import (
+    NONNEGATIVE,
+    POSITIVE,
+    Range,
+    Setting,
+    as_bool_mask,
+    check_number,
+    masked_zero,
+    per_token,
+)
 
 KAPPA = Range(1.0, low_open=True)
 """κ > 1, so that the bonus |A|/κ never flips the sign of A."""
+SETTINGS = (
+    Setting(
+        "entropy_adv_alpha",
+        "entropy_adv_alpha",
+        0.0,
+        "Entropy advantage A + min(α·H, |A|/κ): α (0: off; the paper's 0.4).",
+        NONNEGATIVE,
+    ),
+    Setting(
+        "entropy_adv_kappa", "entropy_adv_kappa", 2.0, "Entropy advantage: κ > 1 (the paper's 2).", KAPPA
+    ),
+)
+"""The entropy advantage's settings, keywords of :func:`sagerl.objective.sage_loss` (α = 0 turns it off)."""
 
 
 def check_entropy_advantage(alpha: float, kappa: float) -> None:

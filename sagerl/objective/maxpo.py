@@ -32,6 +32,10 @@ import math
 import torch
 
 from sagerl.objective._checks import Range, check_number, grouped
+from sagerl.objective.passk_advantages import K
+
+SETTINGS = (K,)
+"""MaxPO reads the k of pass@k's estimators (:data:`sagerl.objective.passk_advantages.K`)."""
 
 
 def _check_k(k: int, group_size: int) -> None:

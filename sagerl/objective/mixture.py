@@ -35,9 +35,20 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import UNIT, check_number, grouped
+from sagerl.objective._checks import UNIT, Setting, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
-from sagerl.objective.passk_advantages import passk_advantages
+from sagerl.objective.passk_advantages import K, passk_advantages
+
+MIX_WEIGHT = Setting(
+    "mix_weight",
+    "passk_mix_weight",
+    None,
+    "passk_mix: the weight w in [0, 1] of Pass@k Training's advantage in (1 - w)·A_GRPO + w·A_pass@k; "
+    "None: per group, w = 1 - the group's success rate.",
+    UNIT,
+    "float | None",
+)
+SETTINGS = (K, MIX_WEIGHT)
 
 
 def check_mix_weight(mix_weight: float | None) -> None:

@@ -24,9 +24,25 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number, grouped
+from sagerl.objective._checks import NONNEGATIVE, UNIT, Setting, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 from sagerl.objective.passk_advantages import check_binary
+
+COEF = Setting(
+    "coef",
+    "outcome_coef",
+    1.0,
+    "ucb_mean, ucb_con, outcome_batch: the weight c >= 0 of the exploration term added to GRPO's advantage.",
+    NONNEGATIVE,
+)
+B0 = Setting(
+    "b0",
+    "outcome_b0",
+    0.5,
+    "ucb_con: the constant baseline b0 in [0, 1] subtracted from the bonus min(1, 1/√N).",
+    UNIT,
+)
+SETTINGS = (COEF, B0)
 
 OUTCOME_KINDS = ("ucb_mean", "ucb_con", "outcome_batch")
 """The three exploration terms (module docstring)."""

@@ -23,9 +23,30 @@ import math
 
 import torch
 
-from sagerl.objective._checks import COUNT, Range, check_number, grouped
+from sagerl.objective._checks import COUNT, Range, Setting, check_number, grouped
 
 PKPO_BASELINES = ("loo_minus_one", "loo", "none")
+K = Setting(
+    "k",
+    "passk_k",
+    4,
+    "k of the passk, pkpo, maxpo and passk_mix advantages (1 <= k <= num_generations; maxpo: "
+    "<= num_generations - 1); with a passk_k_schedule, k at the first optimizer step.",
+    COUNT,
+    "int",
+)
+"""The k of pass@k (max@k), shared by every estimator that reads one; the engines schedule it
+(``passk_k_schedule``)."""
+PKPO_BASELINE = Setting(
+    "baseline",
+    "pkpo_baseline",
+    "loo_minus_one",
+    f"PKPO's baseline: one of {PKPO_BASELINES}.",
+    PKPO_BASELINES,
+    "str",
+)
+SETTINGS = (K, PKPO_BASELINE)
+"""The settings this module's estimators read (:class:`sagerl.objective._checks.Setting`)."""
 
 
 def _check_k(k: int, group_size: int) -> None:

@@ -13,7 +13,13 @@ from collections.abc import Callable
 
 import torch
 
-from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate
+from sagerl.objective._checks import Setting
+from sagerl.objective.covariance import (
+    CLIP_COV_SETTINGS,
+    KL_COV_SETTINGS,
+    clip_cov_surrogate,
+    kl_cov_surrogate,
+)
 from sagerl.objective.surrogate import (
     IMPORTANCE_SAMPLING_LEVELS,
     SurrogateOutput,
@@ -30,6 +36,7 @@ from sagerl.objective.surrogate import (
 __all__ = [
     "IMPORTANCE_SAMPLING_LEVELS",
     "POLICY_LOSSES",
+    "POLICY_LOSS_SETTINGS",
     "SurrogateOutput",
     "cispo_surrogate",
     "clip_surrogate",
@@ -52,6 +59,13 @@ POLICY_LOSSES: dict[str, Callable[..., SurrogateOutput]] = {
     "kl_cov": kl_cov_surrogate,
 }
 """name -> policy term (see the module docstring; ``sage_loss(policy_loss=...)``)."""
+POLICY_LOSS_SETTINGS: dict[str, tuple[Setting, ...]] = {
+    "clip_cov": CLIP_COV_SETTINGS,
+    "kl_cov": KL_COV_SETTINGS,
+}
+"""name -> the settings its module declares (keywords of that term; the engines' config fields of the same
+names). The TRL loss types' own parameters (CISPO's ratio bound, SAPO's temperatures, VESPO's) are TRL's fields,
+mapped by ``SAGEConfig.resolved_policy_loss_params``."""
 
 
 def policy_loss(

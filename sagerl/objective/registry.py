@@ -2,9 +2,14 @@
 
 ``GUIDES``, ``ADVANTAGES``, ``DIVERGENCES``, ``LOSS_AGG_MODES`` and ``SCHEDULES`` list the names;
 :func:`compute_guide` and :func:`compute_advantages` dispatch on them; :func:`get` returns the callable. Each
-advantage estimator is registered once, in :data:`ESTIMATORS` (its function, the parameters it reads, whether
-it needs 0/1 rewards, and the per-completion inputs beyond the rewards an engine must give it); the name lists
-are read off that table.
+advantage estimator is registered once, in :data:`ESTIMATORS` (its function, the settings its module declares, the
+other parameters it reads, whether it needs 0/1 rewards, and the per-completion inputs beyond the rewards an engine
+must give it); the name lists are read off that table.
+
+A method's settings (:class:`~sagerl.objective._checks.Setting`: keyword, config field, default, range, help) are
+declared once, in the method's module; :data:`METHOD_SETTINGS` collects those of every estimator, policy term
+(:data:`sagerl.objective.policy_loss.POLICY_LOSS_SETTINGS`) and loss option, and the engines derive their config
+fields, range checks, keyword mappings and verl keys from it (tests/objective/test_method_settings.py).
 """
 
 from __future__ import annotations
@@ -18,19 +23,22 @@ from dataclasses import dataclass, field
 import torch
 
 from sagerl.objective import guides as _guides
-from sagerl.objective._checks import NONNEGATIVE, UNIT, check_number
+from sagerl.objective._checks import NONNEGATIVE, UNIT, Setting, check_number
 from sagerl.objective.advantages import bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
 from sagerl.objective.divergences import forward_kl, shaped_kl
+from sagerl.objective.entropy_advantage import SETTINGS as ENTROPY_ADV_SETTINGS
+from sagerl.objective.maxpo import SETTINGS as MAXPO_SETTINGS
 from sagerl.objective.maxpo import maxpo_advantages
+from sagerl.objective.mixture import SETTINGS as MIX_SETTINGS
 from sagerl.objective.mixture import passk_mix_advantages
-from sagerl.objective.outcome_exploration import outcome_advantages
+from sagerl.objective.outcome_exploration import B0, COEF, outcome_advantages
 from sagerl.objective.partition_diversity import darling_advantages
-from sagerl.objective.passk_advantages import passk_advantages, pkpo_advantages
-from sagerl.objective.risk_seeking import rs_grpo_advantages
+from sagerl.objective.passk_advantages import PKPO_BASELINE, K, passk_advantages, pkpo_advantages
+from sagerl.objective.risk_seeking import RISK_BETA, rs_grpo_advantages
 from sagerl.objective.schedules import SCHEDULES, make_schedule
-from sagerl.objective.signed_advantages import w_reinforce_advantages
-from sagerl.objective.unlikeliness import unlikeliness_advantages
+from sagerl.objective.signed_advantages import LAM, w_reinforce_advantages
+from sagerl.objective.unlikeliness import BETA_RANK, unlikeliness_advantages
 
 GUIDES = ("none", "branch", "token", "random", "branch_token", "teacher")
 
@@ -53,6 +61,9 @@ class Estimator:
     cluster ids), ``counts`` (N(x, a) across steps)."""
     fixed: dict = field(default_factory=dict)
     """Keyword arguments always passed (a shared function's variant)."""
+    settings: tuple[Setting, ...] = ()
+    """The settings its module declares: their keywords are read too (added to :attr:`params`), and the engines
+    expose each as a config field (:attr:`Setting.field`)."""
     signal_on_equal_rewards: bool = False
     """Its advantages need not vanish on a group whose rewards are all equal (an exploration or diversity term
     lives there: DARLING's all-correct groups of one answer or many, the outcome bonuses of all-wrong groups), so
@@ -67,6 +78,9 @@ class Estimator:
                 by keyword, a required parameter or input not among ``params``, a parameter also fixed, or a
                 parameter of the function without a default that is neither required nor fixed.
         """
+        object.__setattr__(
+            self, "params", tuple(dict.fromkeys([*(s.name for s in self.settings), *self.params]))
+        )
         taken = _keywords(self.function)
         name = getattr(self.function, "__name__", repr(self.function))
         for label, names in (("params", self.params), ("fixed", tuple(self.fixed))):
@@ -98,20 +112,23 @@ ESTIMATORS: dict[str, Estimator] = {
     "grpo": Estimator(grpo_advantages, ("scale", "eps")),
     "dr_grpo": Estimator(dr_grpo_advantages),
     "bnpo": Estimator(bnpo_advantages, ("max_inverse_pdf",)),
-    "passk": Estimator(passk_advantages, ("k",), ("k",), binary=True),
-    "pkpo": Estimator(pkpo_advantages, ("k", "baseline"), ("k",)),
-    "maxpo": Estimator(maxpo_advantages, ("k",), ("k",)),
-    "w_reinforce": Estimator(w_reinforce_advantages, ("lam",), binary=True, fixed={"kind": "w_reinforce"}),
+    "passk": Estimator(passk_advantages, (), ("k",), binary=True, settings=(K,)),
+    "pkpo": Estimator(pkpo_advantages, (), ("k",), settings=(K, PKPO_BASELINE)),
+    "maxpo": Estimator(maxpo_advantages, (), ("k",), settings=MAXPO_SETTINGS),
+    "w_reinforce": Estimator(
+        w_reinforce_advantages, binary=True, fixed={"kind": "w_reinforce"}, settings=(LAM,)
+    ),
     "psr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "psr"}),
     "nsr": Estimator(w_reinforce_advantages, binary=True, fixed={"kind": "nsr"}),
     "unlikely": Estimator(
         unlikeliness_advantages,
-        ("sequence_logp", "beta_rank", "drop_equal_groups", "scale"),
+        ("sequence_logp", "drop_equal_groups", "scale"),
         ("sequence_logp",),
         inputs=("sequence_logp",),
+        settings=(BETA_RANK,),
     ),
-    "rs_grpo": Estimator(rs_grpo_advantages, ("risk_beta",)),
-    "passk_mix": Estimator(passk_mix_advantages, ("k", "mix_weight"), ("k",), binary=True),
+    "rs_grpo": Estimator(rs_grpo_advantages, settings=(RISK_BETA,)),
+    "passk_mix": Estimator(passk_mix_advantages, (), ("k",), binary=True, settings=MIX_SETTINGS),
     "darling": Estimator(
         darling_advantages,
         ("clusters", "floor", "scale"),
@@ -121,30 +138,33 @@ ESTIMATORS: dict[str, Estimator] = {
     ),
     "ucb_mean": Estimator(
         outcome_advantages,
-        ("answers", "counts", "coef", "scale"),
+        ("answers", "counts", "scale"),
         ("answers", "counts"),
         binary=True,
         inputs=("answers", "counts"),
         fixed={"kind": "ucb_mean"},
         signal_on_equal_rewards=True,
+        settings=(COEF,),
     ),
     "ucb_con": Estimator(
         outcome_advantages,
-        ("answers", "counts", "coef", "b0", "scale"),
+        ("answers", "counts", "scale"),
         ("answers", "counts"),
         binary=True,
         inputs=("answers", "counts"),
         fixed={"kind": "ucb_con"},
         signal_on_equal_rewards=True,
+        settings=(COEF, B0),
     ),
     "outcome_batch": Estimator(
         outcome_advantages,
-        ("answers", "coef", "scale"),
+        ("answers", "scale"),
         ("answers",),
         binary=True,
         inputs=("answers",),
         fixed={"kind": "outcome_batch"},
         signal_on_equal_rewards=True,
+        settings=(COEF,),
     ),
 }
 """Every advantage estimator, registered once."""
@@ -160,6 +180,44 @@ SIGNAL_ON_EQUAL_REWARDS = tuple(name for name, e in ESTIMATORS.items() if e.sign
 on their advantages, not on the rewards (:attr:`Estimator.signal_on_equal_rewards`)."""
 ESTIMATOR_PARAMS = frozenset(p for e in ESTIMATORS.values() for p in e.params)
 """Every keyword that some estimator of :func:`compute_advantages` reads."""
+
+
+def _collect(groups) -> dict[str, Setting]:
+    """config field -> setting over ``groups`` of settings; one setting per field and one field per keyword.
+
+    Raises:
+        TypeError: two settings with one field, or one keyword set by two fields.
+    """
+    out: dict[str, Setting] = {}
+    for settings in groups:
+        for s in settings:
+            if out.setdefault(s.field, s) != s:
+                raise TypeError(f"two settings declare the config field {s.field!r}: {out[s.field]} and {s}")
+    fields_of: dict[str, set[str]] = {}
+    for s in out.values():
+        fields_of.setdefault(s.name, set()).add(s.field)
+    shared = {name: sorted(fields) for name, fields in fields_of.items() if len(fields) > 1}
+    if shared and set(shared) & {s.name for e in ESTIMATORS.values() for s in e.settings}:
+        raise TypeError(f"one estimator keyword set by several config fields: {shared}")
+    return out
+
+
+ADVANTAGE_SETTINGS: dict[str, Setting] = _collect(e.settings for e in ESTIMATORS.values())
+"""config field -> :class:`~sagerl.objective._checks.Setting` of every estimator's settings: an engine passes
+``{s.name: config[s.field]}`` to :func:`compute_advantages` (estimators ignore the others' keywords)."""
+LOSS_SETTINGS: dict[str, Setting] = _collect([ENTROPY_ADV_SETTINGS])
+"""The settings of :func:`sagerl.objective.sage_loss`'s own per-token options (the entropy advantage)."""
+
+
+def _method_settings() -> dict[str, Setting]:
+    from sagerl.objective.policy_loss import POLICY_LOSS_SETTINGS
+
+    return _collect([ADVANTAGE_SETTINGS.values(), *POLICY_LOSS_SETTINGS.values(), LOSS_SETTINGS.values()])
+
+
+METHOD_SETTINGS: dict[str, Setting] = _method_settings()
+"""config field -> setting, of every method: the estimators', the policy terms' and the loss options'. The TRL
+adapter's ``SAGEConfig`` has a field for each (name, type, default, help, range: all read from here)."""
 
 
 def _bound(estimator: Estimator) -> Callable[..., torch.Tensor]:

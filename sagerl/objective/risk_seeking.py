@@ -31,7 +31,17 @@ import math
 
 import torch
 
-from sagerl.objective._checks import POSITIVE, UNIT, check_number, grouped
+from sagerl.objective._checks import POSITIVE, UNIT, Setting, check_number, grouped
+
+RISK_BETA = Setting(
+    "risk_beta",
+    "risk_beta",
+    2.0,
+    "RS-GRPO's risk-seeking β_r, a finite number > 0 (the authors' 2): "
+    "A = (exp(β_r(r - b)) - 1)/β_r, b = (1/β_r)·log mean exp(β_r·r).",
+    POSITIVE,
+)
+SETTINGS = (RISK_BETA,)
 
 
 def check_risk_beta(risk_beta: float) -> None:

@@ -19,8 +19,17 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import POSITIVE, check_number, grouped
+from sagerl.objective._checks import POSITIVE, Setting, check_number, grouped
 from sagerl.objective.passk_advantages import check_binary
+
+LAM = Setting(
+    "lam",
+    "w_reinforce_lambda",
+    0.1,
+    "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1).",
+    POSITIVE,
+)
+SETTINGS = (LAM,)
 
 SIGNED_ESTIMATORS = ("w_reinforce", "psr", "nsr")
 

@@ -18,9 +18,18 @@ from __future__ import annotations
 
 import torch
 
-from sagerl.objective._checks import UNIT, check_number, grouped
+from sagerl.objective._checks import UNIT, Setting, check_number, grouped
 from sagerl.objective.advantages import grpo_advantages
 from sagerl.objective.dapo import dynamic_sampling_mask
+
+BETA_RANK = Setting(
+    "beta_rank",
+    "unlikeliness_beta",
+    0.25,
+    "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25).",
+    UNIT,
+)
+SETTINGS = (BETA_RANK,)
 
 
 def likelihood_ranks(sequence_logp: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -27,17 +27,18 @@ from sagerl.objective import (
     Range,
     check_number,
 )
-from sagerl.objective.covariance import CLIP_COV_DEFAULTS, KL_COV_DEFAULTS
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
 from sagerl.objective.partition_diversity import PARTITIONS
-from sagerl.objective.passk_advantages import PKPO_BASELINES
-from sagerl.objective.policy_loss import POLICY_LOSSES
+from sagerl.objective.policy_loss import POLICY_LOSS_SETTINGS, POLICY_LOSSES
 from sagerl.objective.registry import (
     ADVANTAGE_INPUTS,
     ADVANTAGE_PARAMS,
+    ADVANTAGE_SETTINGS,
     BINARY_ADVANTAGES,
     CONFIG_FIELDS,
     GUIDE_PARAM_RANGES,
+    LOSS_SETTINGS,
+    METHOD_SETTINGS,
 )
 from sagerl.objective.schedules import SCHEDULES
 
@@ -154,26 +155,14 @@ NUMERIC_RANGES: dict[str, Range] = {
     "guide_schedule_min": _UNIT,  # the strength's multiplier at the bottom of a cosine cycle (1 at the top)
     "kl_log_ratio_clip": _POS,
     "max_num_gen_batches": _COUNT0,  # 0: no limit
-    "passk_k": _COUNT,  # and <= num_generations, for passk and pkpo (maxpo: num_generations - 1)
-    "w_reinforce_lambda": _POS,
-    "unlikeliness_beta": _UNIT,
-    "clip_cov_ratio": _SHARE,
-    "clip_cov_lb": Range(),  # and < clip_cov_ub
-    "clip_cov_ub": Range(),
-    "kl_cov_ratio": _SHARE,
-    "kl_cov_coef": _NONNEG,
-    "entropy_adv_alpha": _NONNEG,  # 0: off
-    "entropy_adv_kappa": Range(1.0, low_open=True),
-    "risk_beta": _POS,  # RS-GRPO's β_r
     "passk_k_end": _COUNT,  # and <= num_generations, with passk_k, at every step of a schedule
     "passk_k_switch": Range(0.0, 1.0, low_open=True),  # a share of max_steps
-    "passk_mix_weight": _UNIT,  # None: per group
     "partition_ngram": _COUNT,
     "partition_threshold": Range(0.0, 1.0, high_open=True),  # a Jaccard similarity that can be exceeded
-    "outcome_coef": _NONNEG,
-    "outcome_b0": _UNIT,
     "overlong_buffer_len": _NONNEG,  # tokens if >= 1, a share of max_completion_length if < 1; 0: off
     "overlong_penalty_factor": _NONNEG,
+    # the methods' settings, as their modules declare them (sagerl.objective.registry.METHOD_SETTINGS)
+    **{name: s.allowed for name, s in METHOD_SETTINGS.items() if isinstance(s.allowed, Range)},
 }
 """The allowed range of every numeric field of :class:`SAGEConfig` (TRL's and transformers' included), checked
 by ``SAGEConfig.__post_init__`` before anything else: a value outside it (NaN and ±inf included) fails in one
@@ -199,9 +188,34 @@ def numeric_fields(config_class: type) -> dict[str, bool]:
     return out
 
 
+def with_method_settings(cls: type) -> type:
+    """Add to ``cls`` (before ``@dataclass`` reads it) a field for every method setting of
+    :data:`sagerl.objective.registry.METHOD_SETTINGS`: its name, type, default, help and unit, as the method's
+    module declares them, after the fields the class declares itself. A method's settings are declared once, in its
+    module; this config, its range checks (:data:`NUMERIC_RANGES`), ``advantage_params`` and the policy terms'
+    keywords are read off them.
+
+    Raises:
+        TypeError: the class declares a field of that name itself (a second declaration).
+    """
+    annotations = cls.__dict__.get("__annotations__", {})
+    for name, setting in METHOD_SETTINGS.items():
+        if name in annotations:
+            raise TypeError(
+                f"{cls.__name__}.{name} is declared by its method module: remove it from the class"
+            )
+        annotations[name] = setting.type
+        metadata = {"help": setting.help, **({"metavar": setting.unit} if setting.unit else {})}
+        setattr(cls, name, field(default=setting.default, metadata=metadata))
+    cls.__annotations__ = annotations
+    return cls
+
+
 @dataclass
+@with_method_settings
 class SAGEConfig(GRPOConfig):
-    """Configuration of :class:`sagerl.train.SAGETrainer`: every ``trl.GRPOConfig`` field, plus the ones below."""
+    """Configuration of :class:`sagerl.train.SAGETrainer`: every ``trl.GRPOConfig`` field, plus the ones below, and
+    a field for each method setting (``passk_k``, ``risk_beta``, ...: :func:`with_method_settings`)."""
 
     guide: str = field(default="none", metadata={"help": f"Guide function q: one of {GUIDES}."})
     guide_entropy_source: str = field(
@@ -301,13 +315,6 @@ class SAGEConfig(GRPOConfig):
             "(verl's algorithm.filter_groups.max_num_gen_batches); 0: no limit."
         },
     )
-    passk_k: int = field(
-        default=4,
-        metadata={
-            "help": "k of the passk, pkpo, maxpo and passk_mix advantages (1 <= k <= num_generations; maxpo: "
-            "<= num_generations - 1); with a passk_k_schedule, k at the first optimizer step."
-        },
-    )
     passk_k_schedule: str = field(
         default="constant",
         metadata={
@@ -328,16 +335,6 @@ class SAGEConfig(GRPOConfig):
             "help": "passk_k_schedule='step': the share of the run (first to last rollout), in (0, 1], from which k "
             "is passk_k_end."
         },
-    )
-    passk_mix_weight: float | None = field(
-        default=None,
-        metadata={
-            "help": "passk_mix: the weight w in [0, 1] of Pass@k Training's advantage in (1 - w)·A_GRPO + w·A_pass@k; "
-            "None: per group, w = 1 - the group's success rate."
-        },
-    )
-    pkpo_baseline: str = field(
-        default="loo_minus_one", metadata={"help": f"PKPO's baseline: one of {PKPO_BASELINES}."}
     )
     signed_samples_only: bool = field(
         default=False,
@@ -366,19 +363,6 @@ class SAGEConfig(GRPOConfig):
             "reproduce; transformers' generate only (not vLLM), text only, the default dynamic cache."
         },
     )
-    w_reinforce_lambda: float = field(
-        default=0.1, metadata={"help": "W-REINFORCE's weight λ > 0 of correct completions (the paper's 0.1)."}
-    )
-    unlikeliness_beta: float = field(
-        default=0.25, metadata={"help": "The unlikeliness reward's β_rank in [0, 1] (the paper's 0.25)."}
-    )
-    risk_beta: float = field(
-        default=2.0,
-        metadata={
-            "help": "RS-GRPO's risk-seeking β_r, a finite number > 0 (the authors' 2): "
-            "A = (exp(β_r(r - b)) - 1)/β_r, b = (1/β_r)·log mean exp(β_r·r)."
-        },
-    )
     partition: str = field(
         default="answer",
         metadata={
@@ -395,44 +379,6 @@ class SAGEConfig(GRPOConfig):
             "help": "darling, partition='lexical': completions whose n-gram Jaccard similarity exceeds this, in "
             "[0, 1), are equivalent."
         },
-    )
-    outcome_coef: float = field(
-        default=1.0,
-        metadata={
-            "help": "ucb_mean, ucb_con, outcome_batch: the weight c >= 0 of the exploration term added to GRPO's "
-            "advantage."
-        },
-    )
-    outcome_b0: float = field(
-        default=0.5,
-        metadata={
-            "help": "ucb_con: the constant baseline b0 in [0, 1] subtracted from the bonus min(1, 1/√N)."
-        },
-    )
-    clip_cov_ratio: float = field(
-        default=CLIP_COV_DEFAULTS["clip_cov_ratio"],
-        metadata={"help": "Clip-Cov: share in (0, 1) of tokens detached (authors and verl: 2e-4)."},
-    )
-    clip_cov_lb: float = field(
-        default=CLIP_COV_DEFAULTS["clip_cov_lb"], metadata={"help": "Clip-Cov: lower covariance bound."}
-    )
-    clip_cov_ub: float = field(
-        default=CLIP_COV_DEFAULTS["clip_cov_ub"], metadata={"help": "Clip-Cov: upper covariance bound."}
-    )
-    kl_cov_ratio: float = field(
-        default=KL_COV_DEFAULTS["kl_cov_ratio"],
-        metadata={"help": "KL-Cov: share in (0, 1) of tokens penalised (authors 2e-3, verl's default 2e-4)."},
-    )
-    kl_cov_coef: float = field(
-        default=KL_COV_DEFAULTS["kl_cov_coef"],
-        metadata={"help": "KL-Cov: coefficient of |log π − log π_old| (authors 1, verl's default 0.1)."},
-    )
-    entropy_adv_alpha: float = field(
-        default=0.0,
-        metadata={"help": "Entropy advantage A + min(α·H, |A|/κ): α (0: off; the paper's 0.4)."},
-    )
-    entropy_adv_kappa: float = field(
-        default=2.0, metadata={"help": "Entropy advantage: κ > 1 (the paper's 2)."}
     )
     overlong_buffer_len: float = field(
         default=0.0,
@@ -465,13 +411,15 @@ class SAGEConfig(GRPOConfig):
             "divergence": DIVERGENCES,
             "kl_estimator": KL_ESTIMATORS,
             "kl_placement": KL_PLACEMENTS,
-            "pkpo_baseline": PKPO_BASELINES,
             "passk_k_schedule": SCHEDULES,
             "partition": PARTITIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        for name, setting in METHOD_SETTINGS.items():
+            if not isinstance(setting.allowed, Range):
+                setting.check(getattr(self, name), ConfigError)
         if self.advantage_estimator is not None and self.advantage_estimator not in ADVANTAGES:
             raise ConfigError(
                 f"advantage_estimator={self.advantage_estimator!r} is not one of {', '.join(ADVANTAGES)}"
@@ -639,18 +587,16 @@ class SAGEConfig(GRPOConfig):
 
     @property
     def advantage_params(self) -> dict:
-        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set (``k`` is
-        ``passk_k``, the first step's k of a schedule; the trainer passes the scheduled one)."""
-        return {
-            "k": self.passk_k,
-            "baseline": self.pkpo_baseline,
-            "lam": self.w_reinforce_lambda,
-            "beta_rank": self.unlikeliness_beta,
-            "risk_beta": self.risk_beta,
-            "mix_weight": self.passk_mix_weight,
-            "coef": self.outcome_coef,
-            "b0": self.outcome_b0,
-        }
+        """The keyword parameters of :func:`sagerl.objective.compute_advantages` these fields set, one per
+        estimator setting (:data:`sagerl.objective.registry.ADVANTAGE_SETTINGS`; ``k`` is ``passk_k``, the first
+        step's k of a schedule: the trainer passes the scheduled one)."""
+        return {s.name: getattr(self, name) for name, s in ADVANTAGE_SETTINGS.items()}
+
+    @property
+    def loss_params(self) -> dict:
+        """The keyword parameters of :func:`sagerl.objective.sage_loss`'s own options these fields set (the entropy
+        advantage's α and κ)."""
+        return {s.name: getattr(self, name) for name, s in LOSS_SETTINGS.items()}
 
     @property
     def is_on_policy(self) -> bool:
@@ -702,14 +648,8 @@ class SAGEConfig(GRPOConfig):
                 "temperature_neg": self.sapo_temperature_neg,
                 **level,
             }
-        if name == "clip_cov":
-            return {
-                "clip_cov_ratio": self.clip_cov_ratio,
-                "clip_cov_lb": self.clip_cov_lb,
-                "clip_cov_ub": self.clip_cov_ub,
-            }
-        if name == "kl_cov":
-            return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.kl_cov_coef}
+        if name in POLICY_LOSS_SETTINGS:
+            return {s.name: getattr(self, s.field) for s in POLICY_LOSS_SETTINGS[name]}
         if name == "vespo":
             return {
                 "k_pos": self.vespo_k_pos,

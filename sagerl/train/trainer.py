@@ -938,8 +938,7 @@ class SAGETrainer(GRPOTrainer):
             policy_loss_params=policy_params,
             kl_bias_correction_level=self.importance_sampling_level,
             entropy=entropies,
-            entropy_adv_alpha=self.args.entropy_adv_alpha,
-            entropy_adv_kappa=self.args.entropy_adv_kappa,
+            **self.args.loss_params,  # the loss options' settings (the entropy advantage's α, κ)
         )
         loss = out.loss / divisor
         if self._entropy_bonus_enabled:

@@ -33,6 +33,8 @@ import torch
 
 from sagerl.errors import ConfigError
 from sagerl.objective import ADVANTAGE_INPUTS, ADVANTAGES, compute_advantages
+from sagerl.objective.registry import ADVANTAGE_SETTINGS
+from sagerl.objective.registry import ESTIMATORS as ESTIMATORS_BY_NAME
 
 VERL_NATIVE = ("grpo", "dr_grpo")
 """sagerl's estimators that verl has itself (``adv_estimator=grpo``, with ``norm_adv_by_std_in_grpo``)."""
@@ -41,13 +43,12 @@ VERL_ESTIMATORS = tuple(n for n in ADVANTAGES if n not in VERL_NATIVE and not AD
 REFUSED = tuple(n for n in ADVANTAGES if ADVANTAGE_INPUTS[n])
 """The names the plugin registers only to refuse them with the reason (:func:`refusal`)."""
 CONFIG_KEYS = {
-    "k": ("passk_k", 4),
-    "baseline": ("pkpo_baseline", None),
-    "lam": ("w_reinforce_lambda", None),
-    "risk_beta": ("risk_beta", None),
-    "mix_weight": ("passk_mix_weight", None),
+    s.name: (field, s.default)
+    for field, s in ADVANTAGE_SETTINGS.items()
+    if any(s in ESTIMATORS_BY_NAME[name].settings for name in VERL_ESTIMATORS)
 }
-"""compute_advantages keyword -> (the ``algorithm`` config key that sets it, its default; None: sagerl's)."""
+"""compute_advantages keyword -> (the ``algorithm`` config key that sets it, its default): every setting of the
+registered estimators, as their modules declare it (:data:`sagerl.objective.registry.ADVANTAGE_SETTINGS`)."""
 MISSING_INPUTS = {
     "sequence_logp": "π_old's log-probs",
     "clusters": "the completions (to partition them)",

@@ -19,7 +19,7 @@ from sagerl.errors import ConfigError
 from sagerl.integrations.verl.version import check_verl_version
 from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, Range, check_number, guide_inputs
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
-from sagerl.objective.registry import CONFIG_FIELDS, GUIDE_PARAM_RANGES
+from sagerl.objective.registry import CONFIG_FIELDS, GUIDE_PARAM_RANGES, LOSS_SETTINGS
 
 try:
     from verl.workers.config import PolicyLossConfig
@@ -44,8 +44,7 @@ NUMERIC_RANGES: dict[str, Range] = {
         if name in GUIDE_PARAM_RANGES and name != "teacher_lambda"  # verl computes no teacher log-probs
     },
     "kl_log_ratio_clip": Range(0.0, low_open=True),
-    "entropy_adv_alpha": Range(0.0),
-    "entropy_adv_kappa": Range(1.0, low_open=True),
+    **{name: s.allowed for name, s in LOSS_SETTINGS.items()},  # the loss options' (the entropy advantage's)
 }
 """The range of each numeric field :class:`SAGEPolicyLossConfig` adds to verl's ``PolicyLossConfig`` (the TRL
 adapter's ranges for the same names); NaN and ±inf are refused."""
@@ -119,10 +118,10 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     "kl_cov" (Cui et al. 2025, with verl's semantics and verl's own fields ``clip_cov_ratio``, ``clip_cov_lb``,
     ``clip_cov_ub``, ``kl_cov_ratio``, ``ppo_kl_coef``; verl's defaults 2e-4, 1, 5, 2e-4, 0.1 — the authors
     use 2e-3 and 1 for KL-Cov). KL-Cov's penalty is 0 when every mini-batch is on-policy."""
-    entropy_adv_alpha: float = 0.0
+    entropy_adv_alpha: float = LOSS_SETTINGS["entropy_adv_alpha"].default
     """The entropy advantage A + min(α·H_t, |A|/κ) (Cheng et al. 2025): α (0: off; the paper's 0.4). Reads the
     policy's entropies (``calculate_entropy=True``)."""
-    entropy_adv_kappa: float = 2.0
+    entropy_adv_kappa: float = LOSS_SETTINGS["entropy_adv_kappa"].default
     """The entropy advantage's κ > 1 (the paper's 2)."""
 
     def __post_init__(self) -> None:
