@@ -163,6 +163,10 @@ NUMERIC_RANGES: dict[str, Range] = {
     "overlong_penalty_factor": _NONNEG,
     # the methods' settings, as their modules declare them (sagerl.objective.registry.METHOD_SETTINGS)
     **{name: s.allowed for name, s in METHOD_SETTINGS.items() if isinstance(s.allowed, Range)},
+    "eval_passk_every": _COUNT0,  # 0: off
+    "eval_passk_n": _COUNT,
+    "eval_passk_limit": _COUNT,  # None: every problem
+    "eval_passk_max_new_tokens": _COUNT,  # None: max_completion_length
 }
 """The allowed range of every numeric field of :class:`SAGEConfig` (TRL's and transformers' included), checked
 by ``SAGEConfig.__post_init__`` before anything else: a value outside it (NaN and ±inf included) fails in one
@@ -398,6 +402,28 @@ class SAGEConfig(GRPOConfig):
             "else clip, or gspo at the sequence level)."
         },
     )
+    eval_passk_every: int = field(
+        default=0,
+        metadata={
+            "help": "Log the policy's unbiased pass@k (eval/pass@k) every this many optimizer steps, on "
+            "eval_passk_dataset (sagerl.train.passk_callback); 0: off.",
+            "metavar": "steps",
+        },
+    )
+    eval_passk_dataset: str | None = field(
+        default=None, metadata={"help": "The pass@k evaluation set: a sagerl set name or a JSONL path."}
+    )
+    eval_passk_n: int = field(default=8, metadata={"help": "Samples per problem of the pass@k evaluation."})
+    eval_passk_limit: int | None = field(
+        default=None, metadata={"help": "The pass@k evaluation's first problems only (None: all)."}
+    )
+    eval_passk_max_new_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Completion length of the pass@k evaluation (None: max_completion_length).",
+            "metavar": "tokens",
+        },
+    )
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -458,6 +484,8 @@ class SAGEConfig(GRPOConfig):
             )
         self._check_trl_loss_options()
         self._check_exploration_methods()
+        if self.eval_passk_every and not self.eval_passk_dataset:
+            raise ConfigError("eval_passk_every needs eval_passk_dataset (a sagerl set name or a JSONL path)")
 
     def _check_numbers(self) -> None:
         """Every numeric field against :data:`NUMERIC_RANGES` (finite only, for a field missing there); a field

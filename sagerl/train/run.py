@@ -51,7 +51,9 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": False,  # TRL defaults to True, which also disables the KV cache in generation
 }
 # Keys that may change between a run and its resumption.
-RESUMABLE_CHANGES = {"max_steps", "save_steps", "logging_steps", "report_to", "save_total_limit"}
+RESUMABLE_CHANGES = {"max_steps", "save_steps", "logging_steps", "report_to", "save_total_limit"} | {
+    "eval_passk_every", "eval_passk_dataset", "eval_passk_n", "eval_passk_limit", "eval_passk_max_new_tokens"
+}  # fmt: skip
 
 
 @dataclass

@@ -217,6 +217,10 @@ class SAGETrainer(GRPOTrainer):
         self._outcome_counts = OutcomeCounts() if "counts" in inputs else None
         if "clusters" in inputs and args.partition == "strategy":
             self._check_planted_dataset(self.train_dataset)
+        if args.eval_passk_every:  # the policy's pass@k during training (eval_passk_*)
+            from sagerl.train.passk_callback import PassAtKCallback
+
+            PassAtKCallback.from_config(args).attach(self)
 
     @staticmethod
     def _check_planted_dataset(dataset) -> None:
