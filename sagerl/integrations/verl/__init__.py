@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 def install() -> bool:
     """Put SAGE's actor loss into verl, and sagerl's advantage estimators as ``algorithm.adv_estimator=NAME``
     (bnpo, passk, pkpo, maxpo, w_reinforce, psr, nsr, rs_grpo, passk_mix; the ones that need more than the rewards only
-    to refuse them with the reason: :mod:`.advantages`; idempotent; verl's plugin loader runs it on ``import verl``).
+    to refuse them with the reason: :mod:`.advantages`), and the unbiased pass@k into verl's validation metrics
+    (:mod:`.validation`); idempotent; verl's plugin loader runs it on ``import verl``.
 
     Returns:
         True when installed. False, with verl left untouched and a one-line warning logged, when verl's version
@@ -78,9 +79,11 @@ def install() -> bool:
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
     from sagerl.integrations.verl.advantages import ESTIMATORS
+    from sagerl.integrations.verl.validation import install as install_validation_passk
     from sagerl.integrations.verl.worker import use_sage_worker
 
     use_sage_worker()
+    install_validation_passk()
     for name, estimator in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(estimator)
