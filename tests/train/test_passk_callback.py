@@ -112,3 +112,42 @@ def test_settings_are_checked():
     callback = PassAtKCallback([{"question": "1+1"}], n=2, trainer=object())
     with pytest.raises(ConfigError, match="row 0 needs 'prompt' and 'answer'"):
         callback.evaluate()
+
+
+def test_vllm_path_syncs_weights_then_samples_n_per_problem(tiny_model):
+    """With TRL's vLLM on, the callback samples through the trainer's engine (a stand-in here: this machine's
+    tests do not start vLLM): weights synced once per step, each prompt sent n times, the texts graded n by n."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+
+    class Engine:
+        def __init__(self):
+            self.synced, self.calls = 0, []
+
+        def sync_weights(self):
+            self.synced += 1
+
+        def generate(self, prompts, images, num_generations):
+            self.calls.append((prompts, num_generations))
+            texts = ["\\boxed{2}" if i % 3 == 0 else "\\boxed{5}" for i in range(len(prompts))]
+            return None, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], None, None
+
+    engine = Engine()
+    trainer = SimpleNamespace(
+        use_vllm=True, vllm_generation=engine, _last_loaded_step=-1, state=SimpleNamespace(global_step=3),
+        accelerator=SimpleNamespace(process_index=0, num_processes=1), processing_class=tokenizer,
+        args=SimpleNamespace(max_completion_length=8, temperature=1.0, top_p=1.0, seed=0),
+    )  # fmt: skip
+    rows = [{"prompt": f"Say {i}", "answer": "2"} for i in range(2)]
+    callback = PassAtKCallback(rows, n=3, every=1, trainer=trainer)
+    metrics = callback.evaluate(3)
+    assert engine.synced == 1 and trainer._last_loaded_step == 3
+    ((prompts, n),) = engine.calls
+    assert n == 3 and len(prompts) == 6 and prompts[0] == prompts[1] == prompts[2] != prompts[3]
+    # rows 0 and 3 of the six are right: one of three samples for each problem, pass@1 = 1/3, pass@3 = 1
+    assert metrics["eval/pass@1"] == pytest.approx(1 / 3) and metrics["eval/pass@3"] == pytest.approx(1.0)
+    callback.evaluate(3)
+    assert engine.synced == 1  # the same step: no second sync
