@@ -13,7 +13,9 @@ kernels, which round differently, and ``dtype: auto`` resolves to bfloat16 on a 
 float32 elsewhere (:mod:`sagerl.precision`). A CPU with more extensions can run the kernels of one with
 fewer: ``SAGERL_DTYPE=float32 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``
 on an AVX-512 EPYC gave the SmolLM2 evaluation an AVX2-only EPYC gave, to every printed digit
-(docs/real-lm.md#reproduction-the-same-machine-and-another); :func:`machine_record` records which kernels ran.
+(docs/real-lm.md#reproduction-the-same-machine-and-another). That cap is sagerl's *canonical* kernel mode
+(:mod:`sagerl.kernels`), the default of the planted benchmark; :func:`machine_record` records the mode and
+which kernels ran.
 """
 
 from __future__ import annotations
@@ -73,9 +75,12 @@ def machine_record() -> dict[str, Any]:
     """What a run's bytes depend on besides its inputs, thread count and dtype: the CPU, its vector and
     matrix extensions (``avx*``, ``amx*``, ``fma``, from ``/proc/cpuinfo`` where there is one), the kernels
     torch dispatches to (``kernels``: ``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX512``, or
-    ``AVX2`` under ``ATEN_CPU_CAPABILITY=avx2``), the torch and transformers versions."""
+    ``AVX2`` under ``ATEN_CPU_CAPABILITY=avx2``), the kernel mode this process runs (``kernel_mode``:
+    ``canonical`` or ``native``, :func:`sagerl.kernels.active_mode`), the torch and transformers versions."""
     import torch
     import transformers
+
+    from sagerl.kernels import active_mode
 
     cpu, flags = platform.processor() or platform.machine(), []
     try:
@@ -93,6 +98,7 @@ def machine_record() -> dict[str, Any]:
         "cpu": cpu,
         "isa": flags,
         "kernels": cpu_kernels(),
+        "kernel_mode": active_mode(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

@@ -256,6 +256,11 @@ def folder_bytes(out: Path) -> dict[str, bytes]:
             r"kernels 'AVX512' -> 'AVX2'\); resume with a CPU where torch runs AVX512 kernels "
             r"\(ATEN_CPU_CAPABILITY=avx512 caps one that has more\), or pass --out",
         ),
+        (
+            dict(kernel_mode="canonical"),
+            dict(kernel_mode="native"),
+            r"kernel_mode 'canonical' -> 'native'\); resume with --kernels canonical \(a study: kernels\), or pass --out",
+        ),
     ],
 )
 def test_resume_refuses_to_draw_with_another_dtype_backend_or_kernels(
@@ -268,7 +273,8 @@ def test_resume_refuses_to_draw_with_another_dtype_backend_or_kernels(
 
     def sampler(opts: dict) -> EngineSampler:
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: opts.get("kernels", "AVX2"))
-        return EngineSampler(**{k: v for k, v in opts.items() if k != "kernels"})
+        monkeypatch.setattr("sagerl.kernels.active_mode", lambda: opts.get("kernel_mode", "native"))
+        return EngineSampler(**{k: v for k, v in opts.items() if k not in ("kernels", "kernel_mode")})
 
     out = tmp_path / "run"
     run(toy, out, sampler(first), n=2)
@@ -279,9 +285,9 @@ def test_resume_refuses_to_draw_with_another_dtype_backend_or_kernels(
     assert str(out) in str(info.value) and "6 samples" in str(info.value) and "\n" not in str(info.value)
     assert other.calls == 0 and folder_bytes(out) == before
     res = run(toy, out, sampler(second), n=2)  # nothing left to draw: nothing to mix
-    recorded = {"dtype": "bfloat16", "backend": "hf", "kernels": "AVX2", **first}
+    recorded = {"dtype": "bfloat16", "backend": "hf", "kernels": "AVX2", "kernel_mode": "native", **first}
     recorded["backend"] = recorded.pop("name", "hf")
-    assert {k: res["meta"][k] for k in ("dtype", "backend", "kernels")} == recorded
+    assert {k: res["meta"][k] for k in ("dtype", "backend", "kernels", "kernel_mode")} == recorded
     assert len(load_samples(out / SAMPLES_FILE)) == 6
 
 
@@ -344,7 +350,12 @@ def test_results_record_what_drew_the_samples_not_what_the_last_call_asked(toy, 
         calls[0]["elapsed_s"] + calls[1]["elapsed_s"], abs=1e-3
     )
     config = json.loads((out / "eval_config.json").read_text())
-    assert config["engine"] == {"dtype": "bfloat16", "backend": "hf", "kernels": "AVX512"}
+    assert config["engine"] == {
+        "dtype": "bfloat16",
+        "backend": "hf",
+        "kernels": "AVX512",
+        "kernel_mode": "native",
+    }
     assert config["calls"] == calls
 
 
@@ -386,7 +397,7 @@ def test_a_folder_from_before_engines_were_recorded_resumes_with_one_warning(toy
     run(toy, out, EngineSampler("bfloat16"), n=2)
     make_legacy(out, {"dtype": "auto", "samples_generated_this_call": 0})
     with pytest.warns(
-        UserWarning, match=r"does not record the dtype / backend / kernels its 6 samples"
+        UserWarning, match=r"does not record the dtype / backend / kernels / kernel_mode its 6 samples"
     ) as seen:
         res = run(toy, out, EngineSampler("float32"), n=4)
     assert len(seen) == 1 and "--out" in str(seen[0].message)
@@ -404,7 +415,7 @@ def test_a_folder_from_before_engines_were_recorded_resumes_with_one_warning(toy
     make_legacy(known, {"dtype": "bfloat16", "samples_generated_this_call": 6})
     with pytest.raises(ConfigError, match=r"dtype 'bfloat16' -> 'float32'"):
         run(toy, known, EngineSampler("float32"), n=4)
-    with pytest.warns(UserWarning, match=r"does not record the kernels its 6 samples"):
+    with pytest.warns(UserWarning, match=r"does not record the kernels / kernel_mode its 6 samples"):
         res = run(toy, known, EngineSampler("bfloat16"), n=4)
     assert res["meta"]["dtype"] == "bfloat16" and res["meta"]["sampling_calls"][0]["dtype"] == "bfloat16"
 

@@ -63,11 +63,20 @@ def eval_command(
         "float16.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    kernels: str | None = typer.Option(
+        None,
+        "--kernels",
+        help="CPU kernels: canonical (capped at AVX2, float32 for auto: the same samples on every x86-64 CPU "
+        "with AVX2) or native. Default: canonical for a planted model, native otherwise.",
+    ),
 ) -> None:
     """Sample n completions per problem and report unbiased pass@k with 95% bootstrap CIs."""
     from datetime import datetime
     from pathlib import Path
 
+    from sagerl.kernels import apply, default_mode
+
+    apply(kernels or default_mode(model))  # before torch loads (sagerl.kernels)
     from rich.console import Console
 
     from sagerl.eval.runner import PLOT_FILE, evaluate, model_identity

@@ -52,22 +52,58 @@ def build_command(
     out: str = typer.Option(..., "--out", "-o", help="New model folder (a Hugging Face model folder)."),
     build_seed: int = typer.Option(1, "--build-seed", help="The build seed (the shipped builds b1-b3: 1-3)."),
     check: bool = typer.Option(
-        False, "--check", help="Compare the new files with the shipped build of the same role and seed."
+        False,
+        "--check",
+        help="Compare the new files with the shipped build of the same role and seed (native kernels), or "
+        "with the canonical build recorded in sagerl.kernels (canonical kernels).",
+    ),
+    kernels: str = typer.Option(
+        "canonical",
+        "--kernels",
+        help="CPU kernels: canonical (capped at AVX2: the same bytes on every x86-64 CPU with AVX2) or native "
+        "(the shipped builds were made natively on an AMD EPYC with AVX-512 BF16).",
     ),
 ) -> None:
-    """Build one planted model deterministically (1 torch thread; the same bytes on the same kind of machine),
-    about 2 min; with --check, say whether it equals the shipped build."""
+    """Build one planted model deterministically (1 torch thread, canonical kernels by default), about 2-5
+    min; with --check, say whether it equals the recorded build (exit status 1 if not)."""
     from pathlib import Path
 
     from sagerl.errors import ConfigError
+    from sagerl.kernels import CANONICAL, CANONICAL_BUILDS, apply, check_mode
+    from sagerl.tasks.planted_model import MIXES
+
+    check_mode(kernels)
+    if role not in MIXES:
+        raise ConfigError(f"unknown planted model role {role!r}; expected one of {sorted(MIXES)}")
+    if Path(out).exists():
+        raise ConfigError(f"{out} exists: sagerl planted build writes a new folder (--out)")
+    mode = apply(kernels)  # before torch loads (sagerl.kernels)
     from sagerl.tasks.planted_model import build_planted_model, file_sha256, read_manifest
 
     try:
         folder = build_planted_model(role, out, build_seed=build_seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    typer.echo(f"built {folder}: model.safetensors {file_sha256(Path(folder) / 'model.safetensors')}")
+    typer.echo(
+        f"built {folder} ({mode} kernels): model.safetensors {file_sha256(Path(folder) / 'model.safetensors')}"
+    )
     if not check:
+        return
+    if mode == CANONICAL:
+        recorded = CANONICAL_BUILDS.get(f"{role}/{build_seed}")
+        if recorded is None:
+            typer.echo(
+                f"no canonical build of {role} with build seed {build_seed} is recorded to compare with"
+            )
+            return
+        differ = [f for f, h in recorded["files"].items() if file_sha256(Path(folder) / f) != h]
+        if differ:
+            typer.echo(
+                f"differs from the recorded canonical build in {', '.join(differ)} (recorded on "
+                f"{recorded['cpu']}): this CPU's canonical kernels round otherwise; please report it"
+            )
+            raise typer.Exit(1)
+        typer.echo(f"identical to the recorded canonical build (recorded on {recorded['cpu']})")
         return
     manifest = read_manifest()
     shipped = [

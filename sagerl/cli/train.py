@@ -52,6 +52,12 @@ def train_command(
         None, "--resume/--no-resume", help="Resume from the last checkpoint (default: when one exists)."
     ),
     list_presets_: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
+    kernels: str | None = typer.Option(
+        None,
+        "--kernels",
+        help="CPU kernels: canonical (capped at AVX2, float32 for auto: the same run on every x86-64 CPU with "
+        "AVX2) or native. Default: canonical for a planted model, native otherwise.",
+    ),
     dry_run_: bool = typer.Option(
         False,
         "--dry-run",
@@ -60,6 +66,10 @@ def train_command(
     ),
 ) -> None:
     """Train a model with SAGE (or a baseline) on TRL; writes config.yaml, metrics.jsonl, checkpoints, model/."""
+    if not list_presets_:
+        from sagerl.kernels import apply, default_mode
+
+        apply(kernels or default_mode(_requested_model(model, config_files, overrides)))  # before torch loads
     from sagerl.train.presets import GUIDE_SUFFIXES, list_presets
     from sagerl.train.run import dry_run, parse_overrides, read_config_file, train
 
@@ -89,3 +99,26 @@ def train_command(
         return
     final = train(preset, values, output_dir, resume=resume)
     typer.echo(f"model: {final}")
+
+
+def _requested_model(model: str | None, config_files: list[str], overrides: list[str]) -> str | None:
+    """The model a train command names (``--model``, else the last ``--set model=``, else a ``--config``
+    file's ``model``), read without importing torch, for the default kernel mode; None when none names it
+    (the presets' embedded SmolLM2). A value that does not read is left to the full parse's error."""
+    import yaml
+
+    if model is not None:
+        return model
+    found = None
+    for path in config_files:
+        try:
+            data = yaml.safe_load(open(path, encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("model") is not None:
+            found = str(data["model"])
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == "model":
+            found = value.strip()
+    return found

@@ -237,6 +237,13 @@ def _kernels(on_cpu: bool) -> str | None:
     return f"cuda:{torch.cuda.get_device_name()}"
 
 
+def _kernel_mode(on_cpu: bool) -> str | None:
+    """The CPU kernel mode this process runs (:func:`sagerl.kernels.active_mode`), None on a GPU."""
+    from sagerl.kernels import active_mode
+
+    return active_mode() if on_cpu else None
+
+
 def sampler_engine(sampler: Sampler, backend: str) -> dict[str, Any]:
     """The :data:`~sagerl.eval.samples.ENGINE_KEYS` of a built sampler: its ``dtype`` (None when it does not
     say), its ``name``, and the kernels of its device (``on_cpu`` or ``device``; a CPU when it says neither)."""
@@ -244,7 +251,7 @@ def sampler_engine(sampler: Sampler, backend: str) -> dict[str, Any]:
     if on_cpu is None:
         on_cpu = not str(getattr(sampler, "device", None) or "cpu").startswith("cuda")
     engine = {"dtype": getattr(sampler, "dtype", None), "backend": getattr(sampler, "name", backend)}
-    return {**engine, "kernels": _kernels(bool(on_cpu))}
+    return {**engine, "kernels": _kernels(bool(on_cpu)), "kernel_mode": _kernel_mode(bool(on_cpu))}
 
 
 def planned_engine(backend: str, dtype: str) -> dict[str, Any]:
@@ -266,7 +273,12 @@ def planned_engine(backend: str, dtype: str) -> dict[str, Any]:
         with warnings.catch_warnings():  # the sampler warns about a slow bfloat16 itself
             warnings.simplefilter("ignore")
             resolved = resolve_dtype(dtype, "cpu" if on_cpu else "cuda")
-    return {"dtype": resolved, "backend": backend, "kernels": _kernels(on_cpu)}
+    return {
+        "dtype": resolved,
+        "backend": backend,
+        "kernels": _kernels(on_cpu),
+        "kernel_mode": _kernel_mode(on_cpu),
+    }
 
 
 def _ran(calls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -46,11 +46,12 @@ CONFIG_FILE = "eval_config.json"
 REQUIRED_KEYS = ("dataset", "problem_id", "sample_index", "correct")
 SETTINGS_KEYS = ("model", "temperature", "top_p", "max_new_tokens", "seed", "few_shot")
 """Settings that change what a sample is; a run folder holds samples of one combination only."""
-ENGINE_KEYS = ("dtype", "backend", "kernels")
+ENGINE_KEYS = ("dtype", "backend", "kernels", "kernel_mode")
 """What drew a folder's samples besides its settings, compared before a resume draws more
 (:func:`check_engine`): the resolved dtype (what ``auto`` became, never ``auto`` itself, except vLLM's own
-choice on a GPU), the sampler backend, and the kernels its arithmetic ran (torch's CPU capability,
-``AVX2``, ``AVX512``..., or ``cuda:<GPU name>``). A key added here is compared from then on: a folder recorded
+choice on a GPU), the sampler backend, the kernels its arithmetic ran (torch's CPU capability,
+``AVX2``, ``AVX512``..., or ``cuda:<GPU name>``) and the CPU kernel mode (``canonical`` or ``native``,
+:func:`sagerl.kernels.active_mode`; None on a GPU). A key added here is compared from then on: a folder recorded
 before it lacks the key, which a resume treats as unknown (one warning, then the new value is recorded);
 :func:`engine_fix` says how to match it."""
 
@@ -212,6 +213,8 @@ def engine_fix(key: str, recorded: Any) -> str:
         return f"--dtype {recorded} (a study: eval.dtype)"
     if key == "backend":
         return f"--backend {recorded} (a study: eval.backend)"
+    if key == "kernel_mode":
+        return f"--kernels {recorded} (a study: kernels)"
     if key == "kernels" and str(recorded).startswith("cuda:"):
         return f"a {str(recorded).removeprefix('cuda:')} GPU"
     if key == "kernels":

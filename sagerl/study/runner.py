@@ -11,15 +11,24 @@ two settings under one name. With
 ``dry_run`` nothing runs: :func:`cell_commands` gives the equivalent shell commands of every cell, for a
 cluster user to submit to a scheduler, and ``sagerl study FILE --aggregate-only`` builds the table from
 what they wrote.
+
+**Kernels.** A study with ``kernels: canonical`` (the default on a planted model) runs every run, the
+reference evaluations included, in worker processes started with the canonical kernels' environment and the
+study's threads (:func:`sagerl.kernels.environment`: the kernel libraries read it when torch loads, so the
+calling process, whose torch is loaded, cannot switch): with ``jobs=1`` one worker runs them in turn. A
+process that runs the canonical kernels already (started under them) runs them itself, as a ``native``
+study does. ``--dry-run``'s commands pass ``--kernels``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +37,7 @@ import yaml
 from sagerl.atomic_files import atomic_write_text
 from sagerl.determinism import fixed_threads, machine_record
 from sagerl.errors import ConfigError, first_line
+from sagerl.kernels import CANONICAL, active_mode, effective_mode, environment
 from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, reference_folder, study_folder
 from sagerl.study.spec import Cell, Study
 
@@ -79,6 +89,7 @@ def _eval_args(study: Study, model: str, out: Path) -> list[str]:
     args = ["sagerl", "eval", "--model", model, "--dataset", ",".join(e.datasets), "-n", str(e.n)]
     args += ["--max-new-tokens", str(e.max_new_tokens), "--temperature", str(e.temperature)]
     args += ["--top-p", str(e.top_p), "--seed", str(e.seed), "--dtype", e.dtype, "--out", str(out)]
+    args += ["--kernels", study.kernels]
     if e.backend != "hf":
         args += ["--backend", e.backend]
     for flag, value in (("--limit", e.limit), ("--few-shot", e.few_shot), ("--batch-size", e.batch_size)):
@@ -98,13 +109,13 @@ def _threads_prefix(study: Study) -> str:
 
 def cell_commands(study: Study, out: Path, cell: Cell) -> list[str]:
     """The ``sagerl train`` and ``sagerl eval`` commands that run ``cell`` (what ``--dry-run`` prints), each
-    with the study's thread count (``OMP_NUM_THREADS=N``)."""
+    with the study's thread count (``OMP_NUM_THREADS=N``) and kernel mode (``--kernels``)."""
     folder = out / cell.folder
     args = ["sagerl", "train", "--preset", cell.preset, "--output-dir", str(folder / "train")]
     model = study.model_of(cell.build)
     if model is not None:
         args += ["--model", model]
-    args += ["--dataset", study.dataset, "--max-steps", str(study.steps)]
+    args += ["--dataset", study.dataset, "--max-steps", str(study.steps), "--kernels", study.kernels]
     for key, value in {**study.run_overrides(cell), "seed": cell.seed}.items():
         args += ["--set", f"{key}={_set_value(value)}"]
     evaluate = _eval_args(study, str(folder / "train" / "model"), folder / "eval")
@@ -133,6 +144,7 @@ def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
         "eval": _eval_kwargs(study),
         "preset_keys": load_preset(cell.preset),
         "threads": study.threads,
+        "kernels": study.kernels,
     }
     return json.loads(json.dumps(record))
 
@@ -168,7 +180,7 @@ def check_finished_cells(study: Study, out: Path) -> None:
         diffs = _differences({"preset": previous.get("preset")}, {"preset": cell.preset})
         if "settings" in previous:
             now = _recorded_settings(study, cell)
-            for key in ("preset_keys", "threads"):  # recorded before these were
+            for key in ("preset_keys", "threads", "kernels"):  # recorded before these were
                 if key not in previous["settings"]:
                     now.pop(key)
             diffs += _differences(previous["settings"], now)
@@ -294,13 +306,49 @@ def _init_worker(filters: list) -> None:
     warnings.filters[:] = filters
 
 
-def _run_cell_in_worker(study: Study, out: Path, cell: Cell) -> dict[str, Any]:
-    """:func:`run_cell` in a worker process of ``run_study(jobs > 1)``, quiet (the study's threads, as
-    every run)."""
+def _run_cell_in_worker(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
+    """:func:`run_cell` in a worker process of :func:`run_study` (the study's threads, as every run); quiet
+    unless ``progress``."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    return run_cell(study, out, cell, progress=False)
+    if not progress:
+        hf_logging.disable_progress_bar()
+    return run_cell(study, out, cell, progress=progress)
+
+
+def _run_reference_in_worker(study: Study, out: Path, build: str | None, progress: bool = False) -> Path:
+    """:func:`run_reference` in a worker process of :func:`run_study` (a study with canonical kernels)."""
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()
+    return run_reference(study, out, progress=progress, build=build)
+
+
+def _needs_workers(study: Study) -> bool:
+    """Whether the study's runs must go to worker processes: canonical kernels, a CPU that runs them (else
+    one warning, and the runs go on natively here) and a process that does not run them already."""
+    if study.kernels != CANONICAL:
+        return False
+    return effective_mode(CANONICAL, "kernels") == CANONICAL and active_mode() != CANONICAL
+
+
+@contextmanager
+def _worker_environment(study: Study) -> Iterator[None]:
+    """This process's environment set, for the body, to what the study's worker processes must start with
+    (:func:`sagerl.kernels.environment`: its kernel mode and threads); restored after. Spawned workers copy
+    it when they start; this process's torch, loaded already, is not changed by it."""
+    wanted = environment(study.kernels, threads=study.threads)
+    before = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
+    os.environ.update({k: wanted[k] for k in before})
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def run_study(
@@ -342,9 +390,7 @@ def run_study(
     record = {"name": study.name, "source": study.source, "cells": [c.__dict__ for c in study.cells]}
     atomic_write_text(out / "study.yaml", yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     start = time.perf_counter()
-    for build in study.builds or [None]:
-        log(f"reference: {study.model_of(build) or 'embedded model'} on {', '.join(study.eval.datasets)}")
-        run_reference(study, out, progress=progress, build=build)
+    workers = _needs_workers(study)
     todo = []
     for i, cell in enumerate(study.cells, start=1):
         previous = read_cell_status(out, cell)
@@ -357,22 +403,42 @@ def run_study(
         detail = f"{status['total_s']:.0f} s" if status["status"] == "ok" else status["error"]
         log(f"[{i}/{len(study.cells)}] {_run_label(cell)}: {status['status']} ({detail})")
 
-    if jobs == 1 or len(todo) <= 1:
+    def reference_line(build: str | None) -> str:
+        return f"reference: {study.model_of(build) or 'embedded model'} on {', '.join(study.eval.datasets)}"
+
+    if not workers and (jobs == 1 or len(todo) <= 1):
+        for build in study.builds or [None]:
+            log(reference_line(build))
+            run_reference(study, out, progress=progress, build=build)
         for i, cell in todo:
             report(i, cell, run_cell(study, out, cell, progress=progress))
     else:
         import multiprocessing
+        import warnings
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         context = multiprocessing.get_context("spawn")  # no forked torch or tokenizer state
-        import warnings
-
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=context, initializer=_init_worker, initargs=(list(warnings.filters),)
-        ) as pool:
-            futures = {pool.submit(_run_cell_in_worker, study, out, cell): (i, cell) for i, cell in todo}
-            for future in as_completed(futures):
-                report(*futures[future], future.result())
+        shown = progress and jobs == 1  # one worker at a time may draw its bars
+        with (
+            _worker_environment(study) if workers else nullcontext(),
+            ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(list(warnings.filters),),
+            ) as pool,
+        ):
+            for build in study.builds or [None]:
+                log(reference_line(build))
+                if workers:  # with the study's kernels, in a worker; else here, before the cells
+                    pool.submit(_run_reference_in_worker, study, out, build, shown).result()
+                else:
+                    run_reference(study, out, progress=progress, build=build)
+            submitted = {
+                pool.submit(_run_cell_in_worker, study, out, cell, shown): (i, cell) for i, cell in todo
+            }
+            for future in as_completed(submitted):
+                report(*submitted[future], future.result())
     write_study_table(study, out)
     log(f"study total {time.perf_counter() - start:.0f} s this call; table: {out / 'table.md'}")
     return out

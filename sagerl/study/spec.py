@@ -36,6 +36,9 @@ Layout (YAML)::
                                        # factor of the study (every cell x build x seed; the build's
                                        # reference, and its teacher for planted-teacher)
     threads: 1                         # torch threads of every run (default 1), whatever --jobs is
+    kernels: canonical                 # CPU kernels of every run: canonical (AVX2, the same bytes on every
+                                       # x86-64 CPU; the default on a planted model) or native (the default
+                                       # otherwise); sagerl.kernels
     pareto:                            # optional: two metrics, both maximised: frontier.md and pareto.png
       x: solved/planted_rare           # (sagerl.study.frontier: dominance on paired differences)
       y: pass@1/planted_common
@@ -55,6 +58,11 @@ it), each build with its own reference evaluation; the table pools builds × see
 **Threads.** Every run of a study (the reference evaluation too) runs with ``threads`` torch threads, whether
 it runs alone or in a worker of ``--jobs N``: a run's numbers then do not depend on how it was scheduled
 (:mod:`sagerl.determinism`).
+
+**Kernels.** ``kernels: canonical`` runs every run (the reference evaluation too) in a worker process whose
+kernel libraries are capped at AVX2 before torch loads (:mod:`sagerl.kernels`), so a planted study gives the
+same numbers on every x86-64 CPU with AVX2; it is the default when the study's model is a planted one,
+``native`` otherwise. Another value is one error naming ``kernels`` and the modes.
 """
 
 from __future__ import annotations
@@ -82,6 +90,7 @@ TOP_KEYS = {
     "paired",
     "builds",
     "threads",
+    "kernels",
     "pareto",
 }
 SETTING_KEYS = {"name", "model", "train", "eval", "seeds", "builds"}
@@ -197,6 +206,9 @@ class Study:
     """The reference builds the cells run on (``None``: the model as named)."""
     threads: int = 1
     """Torch threads of every run (:mod:`sagerl.determinism`)."""
+    kernels: str = "native"
+    """The CPU kernel mode of every run, ``canonical`` or ``native`` (:mod:`sagerl.kernels`); a study file
+    without ``kernels`` gets :func:`sagerl.kernels.default_mode` of its model."""
     pareto: dict[str, str] | None = None
     """``{"x": metric, "y": metric}``: the two axes of the study's Pareto frontier (:mod:`sagerl.study.frontier`)."""
 
@@ -381,6 +393,10 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     builds = _builds(data.get("builds"), model, f"{source}: builds")
     threads = data.get("threads", 1)
     _check_number(source, "threads", threads)
+    from sagerl.kernels import check_mode, default_mode
+
+    kernels = data.get("kernels")
+    kernels = default_mode(model) if kernels is None else check_mode(kernels, f"{source}: kernels")
     entries: list[tuple[str, str, str, dict[str, Any], list[int]]] = []  # where, name, preset, set, seeds
     for i, raw in enumerate(data.get("cells") or []):
         where = f"{source}: cells[{i}]"
@@ -435,7 +451,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
         )
     paired = _paired(data.get("paired"), [c.name for c in cells], source)
     study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
-    study.builds, study.threads = builds, threads
+    study.builds, study.threads, study.kernels = builds, threads, kernels
     study.pareto = _pareto(data.get("pareto"), source)
     if study.pareto is not None:
         _check_paired_runs(cells, source)

@@ -219,9 +219,12 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
 
     # every run records the machine that ran it; runs from two machines are flagged under the table
     from sagerl.determinism import machine_record
+    from sagerl.kernels import canonical_supported
     from sagerl.study.table import write_study_table
 
-    here = machine_record()
+    here = machine_record()  # the study's runs ran in a worker under the canonical kernels (a planted model)
+    if canonical_supported()[0]:
+        here = {**here, "kernels": "AVX2", "kernel_mode": "canonical"}
     assert data["run_machines"] == [
         {"machine": here, "runs": ["reference", "grpo 0", "grpo 1", "grpo+branch@kl_placement=reward 0"]}
     ]

@@ -1,0 +1,227 @@
+"""The canonical kernel mode (sagerl.kernels): its settings and errors, that the cap is real in a process started
+under it, and the cross-CPU fingerprint: a short planted run under canonical kernels whose SHA-256s equal the
+values recorded below, on whatever CPU runs this test.
+
+Run as a script (``python tests/test_kernels.py OUT``) it does the fingerprint run into OUT and prints its
+hashes as JSON; the test starts it in a new process with the canonical environment, as a study worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+FINGERPRINT = {
+    "reference": "c9f116482ba0b7f9b073251f8f237e71e8034ab4a48e8878e58f43ce6345728f",
+    "grpo": "a037d454a249dbf81d534d2f229c1ff1043789da70b784b2076d7edb6562377a",
+    "pkpo": "725e6bd65ebe95a7161b922a63daf2cfeebf237b8df098b84814421243733231",
+    "samples": "78a9802e9471bbcf80a47a607c3205ab69e4c67b033f4247ee516993bf789826",
+}
+"""SHA-256s of the fingerprint run under canonical kernels (:func:`fingerprint_run`): the short reference
+build's ``model.safetensors``, the GRPO- and PKPO-trained ``model.safetensors`` and the evaluation's samples."""
+
+MATCHED_ON = [
+    "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
+]
+"""CPU kinds (:func:`sagerl.kernels.cpu_kind`) on which the fingerprint run gave :data:`FINGERPRINT`."""
+
+KNOWN_DIFFERENT: dict[str, str] = {}
+"""CPU kinds whose canonical kernels are known to give other bytes, with the evidence; the test says so there
+instead of failing (none so far)."""
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fingerprint_run(out: Path) -> dict[str, str]:
+    """Build a short planted reference from the recipe (30 steps on 2 x 1,000 traces, build seed 1); train the
+    shipped ``planted-reference`` (b1) 2 steps with GRPO and with PKPO (seed 0, 2 prompts x 8 completions a
+    step); sample 4 completions of 6 problems of each planted class from the PKPO model. Returns the SHA-256
+    of each model's weights and of the samples (dataset, problem, index, text, in that order)."""
+    from sagerl.eval import evaluate
+    from sagerl.tasks.planted_model import build_planted_model
+    from sagerl.train.run import train
+
+    reference = build_planted_model("reference", out / "reference", build_seed=1, steps=30, traces=1000)
+    hashes = {"reference": _sha(reference / "model.safetensors")}
+    overrides = {"model": "planted-reference", "dataset": "planted_train", "max_steps": 2, "seed": 0}
+    overrides.update(per_device_train_batch_size=16, num_generations=8, learning_rate=1e-3, dtype="float32")
+    overrides.update(max_completion_length=24, save_steps=100)
+    for preset in ("grpo", "pkpo"):
+        model = train(preset, overrides, out / preset, quiet=True)
+        hashes[preset] = _sha(Path(model) / "model.safetensors")
+    evaluate(
+        str(out / "pkpo" / "model"), ["planted_common", "planted_rare"], n=4, limit=6, max_new_tokens=24,
+        out=out / "eval", progress=False, dtype="float32",
+    )  # fmt: skip
+    lines = [json.loads(line) for line in (out / "eval" / "samples.jsonl").read_text().splitlines()]
+    rows = sorted((r["dataset"], str(r["problem_id"]), int(r["sample_index"]), r["text"]) for r in lines)
+    hashes["samples"] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return hashes
+
+
+# --- the settings -------------------------------------------------------------------------------------------
+
+
+def test_an_unknown_mode_is_one_error_line_listing_the_modes():
+    from sagerl.errors import ConfigError
+    from sagerl.kernels import check_mode
+
+    assert check_mode("canonical") == "canonical" and check_mode("native") == "native"
+    with pytest.raises(ConfigError) as error:
+        check_mode("fast")
+    assert str(error.value) == "--kernels 'fast': choose one of canonical, native"
+    with pytest.raises(ConfigError, match=r"^x.yaml: kernels 'AVX2': choose one of canonical, native$"):
+        check_mode("AVX2", "x.yaml: kernels")
+
+
+def test_planted_models_default_to_canonical_and_everything_else_to_native():
+    from sagerl.kernels import default_mode
+
+    assert default_mode("planted-reference") == "canonical"
+    assert default_mode("planted-teacher-b2") == "canonical"
+    assert default_mode(None) == "native"  # the embedded SmolLM2
+    assert default_mode("HuggingFaceTB/SmolLM2-135M-Instruct") == "native"
+
+
+def test_the_canonical_environment_caps_every_library_and_fixes_threads():
+    from sagerl.kernels import active_mode, environment
+
+    env = environment("canonical", threads=1, base={"PATH": "/bin", "ATEN_CPU_CAPABILITY": "avx512"})
+    assert env == {
+        "PATH": "/bin",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_CBWR": "AVX2",
+        "SAGERL_DTYPE": "float32",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    assert active_mode(env) == "canonical"
+    assert active_mode({**env, "MKL_CBWR": "AUTO"}) == "native"  # one library left free: not canonical
+    assert environment("native", base={"A": "1"}) == {"A": "1"}  # native sets nothing
+
+
+def test_canonical_on_a_cpu_without_avx2_warns_once_and_runs_natively(monkeypatch):
+    from sagerl import kernels
+
+    monkeypatch.setattr(kernels, "_warned", False)
+    monkeypatch.setattr(kernels.platform, "machine", lambda: "aarch64")
+    assert kernels.canonical_supported() == (False, "the CPU is aarch64, not x86-64")
+    with pytest.warns(kernels.KernelModeWarning) as caught:
+        assert kernels.effective_mode("canonical") == "native"
+        assert kernels.effective_mode("canonical") == "native"
+    assert len(caught) == 1
+    assert "will not match the published ones" in str(caught[0].message)
+    monkeypatch.setattr(kernels.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: {"sse2", "avx", "fma"})
+    assert kernels.canonical_supported() == (False, "the CPU has no AVX2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernels.effective_mode("native") == "native"  # native never warns
+
+
+def test_a_library_caller_whose_torch_is_loaded_cannot_switch_in_process(monkeypatch):
+    import torch  # noqa: F401  (loaded, as in any test)
+
+    from sagerl import kernels
+    from sagerl.errors import ConfigError
+
+    monkeypatch.setattr(kernels, "canonical_supported", lambda: (True, ""))
+    for key in kernels.CANONICAL_ENV:
+        monkeypatch.delenv(key, raising=False)
+    assert kernels.apply("native") == "native"
+    with pytest.raises(
+        ConfigError, match="torch was loaded in this process before its kernels could be capped"
+    ):
+        kernels.apply("canonical")
+    for key, value in kernels.CANONICAL_ENV.items():
+        monkeypatch.setenv(key, value)
+    assert kernels.apply("canonical") == "canonical"  # started under the cap already: nothing to do
+
+
+def _canonical_or_skip() -> None:
+    from sagerl.kernels import canonical_supported
+
+    ok, why = canonical_supported()
+    if not ok:
+        pytest.skip(f"canonical kernels cannot run here: {why}")
+
+
+def test_a_process_started_under_the_canonical_environment_runs_avx2_kernels():
+    """The cap is real: torch in a process started with the environment says AVX2, and the machine record
+    says canonical."""
+    _canonical_or_skip()
+    from sagerl.kernels import environment
+
+    code = (
+        "import json, torch; from sagerl.determinism import machine_record; r = machine_record(); "
+        "print(json.dumps([torch.backends.cpu.get_cpu_capability(), r['kernels'], r['kernel_mode']]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment("canonical", threads=1), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["AVX2", "AVX2", "canonical"]
+
+
+def test_a_cli_command_started_after_torch_loaded_starts_itself_again_under_the_cap(tmp_path):
+    """A sagerl command whose process imported torch first replaces itself with the same command line under
+    the canonical environment (here: a script that imports torch, then runs sagerl's CLI)."""
+    _canonical_or_skip()
+    from sagerl.kernels import CANONICAL_ENV, REEXEC_MARK
+
+    script = tmp_path / "sagerl"  # named as the console script, which apply() may start again
+    script.write_text(
+        "import json, os, sys, torch\n"
+        "from sagerl.kernels import apply\n"
+        "print(json.dumps([apply(sys.argv[1]), torch.backends.cpu.get_cpu_capability(),"
+        f" os.environ.get({REEXEC_MARK!r})]))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in CANONICAL_ENV}
+    done = subprocess.run([sys.executable, str(script), "canonical"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["canonical", "AVX2", "1"]
+
+
+# --- the fingerprint ----------------------------------------------------------------------------------------
+
+
+def test_the_fingerprint_run_gives_the_recorded_bytes_on_this_cpu(tmp_path):
+    """Cross-CPU check: the short planted run under canonical kernels, in a new process as a study worker
+    runs it, gives the SHA-256s recorded in this file. On a CPU kind recorded as known-different the test
+    says so (xfail) rather than failing; on a new kind that differs it fails, naming the kind."""
+    _canonical_or_skip()
+    from sagerl.determinism import machine_record
+    from sagerl.kernels import cpu_kind, environment
+
+    done = subprocess.run(
+        [sys.executable, __file__, str(tmp_path / "run")],
+        env=environment("canonical", threads=1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    kind = cpu_kind(machine_record())
+    if kind in KNOWN_DIFFERENT:
+        assert got != FINGERPRINT, f"{kind} now gives the recorded bytes: remove it from KNOWN_DIFFERENT"
+        pytest.xfail(f"{kind} is known to give other bytes under canonical kernels: {KNOWN_DIFFERENT[kind]}")
+    assert got == FINGERPRINT, (
+        f"the canonical fingerprint differs on {kind} (matched on: {'; '.join(MATCHED_ON)}); find what differs "
+        "(a kernel the cap misses, a library path) and fix it, or record the kind in KNOWN_DIFFERENT with the "
+        f"evidence. Got: {got}"
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps(fingerprint_run(Path(sys.argv[1]))))
