@@ -68,6 +68,7 @@ from sagerl.objective.schedules import (
     make_schedule,
 )
 from sagerl.objective.signed_advantages import SIGNED_ESTIMATORS, w_reinforce_advantages
+from sagerl.objective.simko import simko_surrogate
 from sagerl.objective.unlikeliness import likelihood_ranks, unlikeliness_advantages, unlikeliness_rewards
 
 __all__ = [
@@ -142,6 +143,7 @@ __all__ = [
     "rs_grpo_advantages",
     "sage_loss",
     "shaped_kl",
+    "simko_surrogate",
     "teacher_guide",
     "token_covariance",
     "token_guide",

@@ -1,6 +1,6 @@
 """The policy term by name: the clipped surrogate and TRL's alternative loss types
-(:mod:`sagerl.objective.surrogate`: GSPO, CISPO, SAPO, VESPO), and the covariance variants
-(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov).
+(:mod:`sagerl.objective.surrogate`: GSPO, CISPO, SAPO, VESPO), the covariance variants
+(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov) and SimKO (:mod:`sagerl.objective.simko`).
 
 Every entry of :data:`POLICY_LOSSES` has the signature ``fn(logp, old_logp, advantages, mask, *, epsilon_low,
 epsilon_high, delta, **params) -> SurrogateOutput`` with (B, T) tensors, and changes the policy-gradient term
@@ -20,6 +20,9 @@ from sagerl.objective.covariance import (
     clip_cov_surrogate,
     kl_cov_surrogate,
 )
+from sagerl.objective.simko import INPUTS as SIMKO_INPUTS
+from sagerl.objective.simko import SETTINGS as SIMKO_SETTINGS
+from sagerl.objective.simko import simko_surrogate
 from sagerl.objective.surrogate import (
     IMPORTANCE_SAMPLING_LEVELS,
     SurrogateOutput,
@@ -36,6 +39,7 @@ from sagerl.objective.surrogate import (
 __all__ = [
     "IMPORTANCE_SAMPLING_LEVELS",
     "POLICY_LOSSES",
+    "POLICY_LOSS_INPUTS",
     "POLICY_LOSS_SETTINGS",
     "SurrogateOutput",
     "cispo_surrogate",
@@ -45,6 +49,7 @@ __all__ = [
     "policy_loss",
     "sapo_surrogate",
     "sequence_log_ratio",
+    "simko_surrogate",
     "vespo_surrogate",
     "vespo_weights",
 ]
@@ -57,15 +62,19 @@ POLICY_LOSSES: dict[str, Callable[..., SurrogateOutput]] = {
     "vespo": vespo_surrogate,
     "clip_cov": clip_cov_surrogate,
     "kl_cov": kl_cov_surrogate,
+    "simko": simko_surrogate,
 }
 """name -> policy term (see the module docstring; ``sage_loss(policy_loss=...)``)."""
 POLICY_LOSS_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "clip_cov": CLIP_COV_SETTINGS,
     "kl_cov": KL_COV_SETTINGS,
+    "simko": SIMKO_SETTINGS,
 }
 """name -> the settings its module declares (keywords of that term; the engines' config fields of the same
 names). The TRL loss types' own parameters (CISPO's ratio bound, SAPO's temperatures, VESPO's) are TRL's fields,
 mapped by ``SAGEConfig.resolved_policy_loss_params``."""
+POLICY_LOSS_INPUTS: dict[str, tuple[str, ...]] = {"simko": SIMKO_INPUTS}
+"""name -> the per-token inputs beyond PPO's that an engine computes and passes with the term's settings."""
 
 
 def policy_loss(

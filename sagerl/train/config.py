@@ -554,6 +554,11 @@ class SAGEConfig(GRPOConfig):
                 "rollout batch): its penalty |log π − log π_old| and its gradient are 0, leaving the plain policy "
                 "gradient. Reuse each rollout batch, e.g. steps_per_generation=2 (or num_iterations=2)"
             )
+        if self.resolved_policy_loss == "simko" and not self.is_on_policy:
+            raise ConfigError(
+                "policy_loss='simko' reads the top-K log-probs of π_old, which TRL's π_old pass does not compute: "
+                "train on-policy (gradient_accumulation_steps a multiple of steps_per_generation x num_iterations)"
+            )
         if estimator in BINARY_ADVANTAGES and self.resolved_overlong_buffer_len > 0:
             raise ConfigError(
                 f"advantage_estimator={estimator!r} needs binary rewards; overlong shaping makes them negative"

@@ -63,6 +63,7 @@ def list_presets() -> dict[str, str]:
         "outcome-batch",
         "maxpo",
         "maxpo-anneal",
+        "simko",
     ]
     names.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
     return {n: _read(n).get("description", "") for n in names}

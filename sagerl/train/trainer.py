@@ -659,6 +659,8 @@ class SAGETrainer(GRPOTrainer):
             self.accelerator.gather(counts).view(-1, 2).sum(dim=0)
         )
         output["sage_rows"] = torch.arange(start, start + local, device=loss_mask.device)
+        if self.args.resolved_policy_loss == "simko":  # SimKO raises the top-K of the correct completions
+            output["sage_correct"] = (self._filter_signal(rewards_per_func) == 1.0)[start : start + local]
         if self.teacher_model is not None:
             output["teacher_logps"] = self._teacher_logps(output, mode)
 
@@ -883,7 +885,8 @@ class SAGETrainer(GRPOTrainer):
         if "sage_keep" in inputs:
             mask = mask * inputs["sage_keep"].unsqueeze(1)
 
-        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+        forward = self._simko_forward if self.args.resolved_policy_loss == "simko" else None
+        logps, entropies, aux_loss = (forward or self._get_per_token_logps_and_entropies)(
             model,
             input_ids,
             attention_mask,
@@ -916,6 +919,8 @@ class SAGETrainer(GRPOTrainer):
         policy_loss, policy_params = self.args.resolved_policy_loss, self.args.resolved_policy_loss_params
         if policy_loss == "vespo":  # VESPO folds the sampler correction into its sequence weight
             policy_params, importance = {**policy_params, "importance_sampling_ratio": importance}, None
+        if policy_loss == "simko":  # its per-token inputs, from the forward pass above
+            policy_params = {**policy_params, **self._simko_inputs, "correct": inputs["sage_correct"].bool()}
         entropy_mask = self._entropy_mask(entropies, mask)
         importance = self._surrogate_weights(inputs, logps, mask, importance, entropy_mask)
         out = sage_loss(
@@ -955,6 +960,49 @@ class SAGETrainer(GRPOTrainer):
             )
         self._log_loss_metrics(mode, mask, entropies, out, q, logps, ref_logps)
         return loss
+
+    def _simko_forward(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        compute_entropy=True,
+        compute_aux_loss=False,
+        **kwargs,
+    ):
+        """The policy's forward pass of the loss for SimKO: the sampled tokens' log-probs and the entropies, as TRL's
+        pass gives them, and from the same logits the log-probs of the ``simko_top_k`` most likely tokens at each
+        position (with gradient) and whether the sampled token is the most likely one (kept in ``_simko_inputs``).
+
+        SimKO reads the distribution over the vocabulary, which TRL's fused LM head does not return, so this pass
+        keeps the (B, T, V) logits of the completion positions (one forward pass, as TRL's; more memory). On-policy
+        training only (``SAGEConfig`` refuses the others): π_old is this pass's policy, so π_old's top-K are these
+        tokens and their old log-probs these values, detached.
+
+        Raises:
+            ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
+        """
+        if compute_aux_loss or any(value is not None for value in kwargs.values()):
+            raise ConfigError("policy_loss='simko' supports text-only models without an MoE auxiliary loss")
+        with self.accelerator.autocast():
+            logits = model(
+                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1
+            ).logits
+        logits = logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
+        logprobs = torch.log_softmax(logits, dim=-1)
+        completion_ids = input_ids[:, -logits_to_keep:]
+        logps = logprobs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+        entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
+        top = logprobs.detach().topk(self.args.simko_top_k, dim=-1).indices
+        topk_logp = logprobs.gather(-1, top)
+        self._simko_inputs = {
+            "topk_logp": topk_logp,
+            "old_topk_logp": topk_logp.detach(),
+            "entropy": entropies.detach(),
+            "is_top1": completion_ids == top[..., 0],
+        }
+        return logps, entropies, None
 
     # ------------------------------------------------------------------ TRL's surrogate options
     def _entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:

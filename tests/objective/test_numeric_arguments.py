@@ -106,6 +106,19 @@ VALID_CALLS: dict[str, dict] = {
     "integer_at": dict(schedule=objective.ConstantSchedule(2.0), step=3),
     # issue 38's methods
     "maxpo_advantages": dict(rewards=REWARDS, group_size=2, k=1),
+    "simko_surrogate": dict(
+        logp=LOGP,
+        old_logp=LOGP + 0.1,
+        advantages=ADV,
+        mask=MASK,
+        topk_logp=torch.stack([LOGP, LOGP - 1, LOGP - 2], dim=-1),
+        old_topk_logp=torch.stack([LOGP, LOGP - 1, LOGP - 2], dim=-1) + 0.1,
+        entropy=-LOGP,
+        is_top1=torch.ones(B, T, dtype=torch.bool),
+        correct=ADV > 0,
+        epsilon_high=0.3,
+        delta=2.0,
+    ),
 }
 """One valid call of each public callable of sagerl.objective that takes a number."""
 

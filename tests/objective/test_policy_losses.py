@@ -34,7 +34,7 @@ def leaf():
 
 
 def test_registry_names():
-    assert set(POLICY_LOSSES) == {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov"}
+    assert set(POLICY_LOSSES) == {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov", "simko"}
 
 
 def test_sequence_log_ratio_is_the_masked_mean():
@@ -105,11 +105,24 @@ def test_the_anchor_is_the_same_on_top_of_every_surrogate(name, placement):
     """The guide and the KL shape the anchor; the surrogate choice does not touch them."""
     ref = LOGP - torch.tensor([[0.1, -0.2, 0.3, 0.0], [0.05, 0.4, -0.3, 0.2]], dtype=torch.float64)
     q = torch.tensor([[1.2, 0.8, 1.0, 1.0], [0.7, 1.3, 1.1, 0.9]], dtype=torch.float64)
-    common = dict(beta=0.1, epsilon_low=0.2, epsilon_high=0.28, kl_placement=placement, policy_loss=name)
+    inputs = {}
+    # SimKO's per-token inputs (issue 38): top-2 log-probs, entropies, top-1 flags, correctness
+    if name == "simko":
+        topk = torch.stack([LOGP, LOGP - 1.0], dim=-1)
+        inputs = dict(
+            topk_logp=topk, old_topk_logp=topk + 0.05, entropy=-LOGP, is_top1=LOGP > -1.0,
+            correct=ADV > 0, simko_top_k=2, simko_tau=0.5, simko_mix=0.3,
+        )  # fmt: skip
+    common = dict(
+        beta=0.1, epsilon_low=0.2, epsilon_high=0.28, kl_placement=placement, policy_loss=name,
+        policy_loss_params=inputs,
+    )  # fmt: skip
     guided = sage_loss(LOGP, OLD, ref, ADV, MASK, log_q=q.log(), **common)
     plain = sage_loss(LOGP, OLD, ref, ADV, MASK, **common)
     if placement == "loss":
-        surrogate = POLICY_LOSSES[name](LOGP, OLD, ADV, MASK, epsilon_low=0.2, epsilon_high=0.28, delta=None)
+        surrogate = POLICY_LOSSES[name](
+            LOGP, OLD, ADV, MASK, epsilon_low=0.2, epsilon_high=0.28, delta=None, **inputs
+        )
         torch.testing.assert_close(
             guided.per_token_loss, surrogate.loss + 0.1 * shaped_kl(LOGP, ref, q.log(), "k3")
         )

@@ -115,6 +115,7 @@ EXPECTED = {
     # issue 38's methods
     "maxpo": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
     "maxpo-anneal": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
+    "simko": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
 }
 METHOD_KEYS = {
     # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
@@ -148,6 +149,13 @@ METHOD_KEYS = {
     "outcome-batch": {"outcome_coef": 1.0},
     "maxpo": {"passk_k": 4, "passk_k_schedule": "constant"},
     "maxpo-anneal": {"passk_k": 7, "passk_k_schedule": "linear", "passk_k_end": 1},
+    "simko": {
+        "policy_loss": "simko",
+        "simko_top_k": 3,
+        "simko_mix": 0.01,
+        "simko_tau": 0.8,
+        "simko_neg_scale": 1.1,
+    },
     "dapo": {"max_num_gen_batches": 10},
     "dapo+branch": {"max_num_gen_batches": 10},
 }
@@ -213,6 +221,7 @@ def test_overrides_are_parsed_and_typed(tmp_path):
         "outcome-batch",
         "maxpo",
         "maxpo-anneal",
+        "simko",
     ],
 )
 def test_every_method_composes_with_the_branch_guide(method, tmp_path):

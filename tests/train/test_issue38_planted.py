@@ -1,5 +1,6 @@
 """Issue 38's presets train on the planted task: a few optimizer steps of the shipped planted reference (a 0.1 M
-model, seconds on a CPU), read back from metrics.jsonl; the annealed preset's K follows its schedule to 1."""
+model, seconds on a CPU), read back from metrics.jsonl; the annealed preset's K follows its schedule to 1, SimKO
+acts on a share of the tokens."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def _run(preset: str, overrides: dict, tmp_path) -> tuple[list[dict], dict, dict
     [
         ("maxpo", {"max_steps": 2, "passk_k": 2}, None),
         ("maxpo-anneal", {"max_steps": 3, "passk_k": 3}, [3.0, 2.0, 1.0]),
+        ("simko", {"max_steps": 2, "simko_mix": 0.1}, None),
     ],
 )
 def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_path):
@@ -48,6 +50,10 @@ def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_pa
     assert sum(r["grad_norm"] > 0 for r in rows) >= 2
     if ks is not None:
         assert [r["passk_k"] for r in rows] == ks
+    if (
+        preset == "simko"
+    ):  # the share of tokens SimKO acted on (its high-entropy tokens of correct or wrong rows)
+        assert all(0 < r["covariance/token_share"] < 0.5 for r in rows)
     moved = max((after[name] - before[name]).abs().max().item() for name in before)
     assert moved > 1e-5  # the policy trained
     assert all(torch.isfinite(w).all() for w in after.values())

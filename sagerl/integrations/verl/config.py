@@ -135,6 +135,12 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
                 f"actor.policy_loss is SAGE's config ({TARGET}) but loss_mode={self.loss_mode!r}: set "
                 "actor_rollout_ref.actor.policy_loss.loss_mode=sage (SAGE never falls back to another loss)"
             )
+        if self.policy_term == "simko":
+            raise ConfigError(
+                "actor.policy_loss.policy_term='simko' is not available in verl: SimKO reads the log-probs of the "
+                "top-K tokens at every position, which verl's actor forward does not return (it gives the sampled "
+                "tokens' log-probs and the entropies); use the TRL adapter (sagerl train --preset simko)"
+            )
         choices = {
             "guide": GUIDES,
             "guide_entropy_source": GUIDE_ENTROPY_SOURCES,

@@ -94,6 +94,10 @@ def test_plain_grpo_is_untouched():
         ("guide:branch_tokens", "guide='branch_tokens' is not one of"),
         ("q_min:1.2", "actor.policy_loss.q_min=1.2 must be a number in (0, 1]"),
         ("kl_placement:reward_to_go", "kl_placement='reward_to_go' is not one of"),
+        (  # issue 38: SimKO reads the top-K log-probs, which verl's actor forward does not return
+            "policy_term:simko",
+            "policy_term='simko' is not available in verl: SimKO reads the log-probs of the top-K tokens",
+        ),
     ],
 )
 def test_bad_sage_fields_fail_in_the_driver(fields, message):
