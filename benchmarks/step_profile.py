@@ -19,10 +19,17 @@ forward. Each part's FLOP rate is reported against the machine's measured bf16 a
 (``torch.matmul`` of 4096×576 @ 576×1536, this model's shapes), so a part far below the peak is overhead-
 bound, not compute-bound.
 
+Sampling is also set against the memory-bandwidth bound: a decode step reads every weight once, so a rollout of
+D decode steps cannot take less than D x (weight bytes) / (copy bandwidth); the copy bandwidth is measured in the
+child (a 512 MiB tensor copied, read + write counted), the decode steps counted (forward calls of one token per
+row during sampling).
+
 Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32-nogen,float32]
 [--rounds 2]`` (``-noshare``: TRL's forward passes, neither prefix shared; ``-nogen``: the log-prob passes
-shared, the rollouts' prefill not); the first step of each child is a warm-up and is left out; the ratios are
-to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
+shared, the rollouts' prefill not; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
+x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
+warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
+``-spgN`` the mean over its steps (only one step in N samples); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
 Prints a markdown table per variant and the step-time ratios.
 """
 
@@ -63,6 +70,20 @@ def matmul_peak(dtype: str, seconds: float = 1.0) -> float:
     return 2 * 4096 * 576 * 1536 * n / (time.perf_counter() - start) / 1e9
 
 
+def copy_bandwidth(seconds: float = 1.0) -> float:
+    """Measured GB/s of copying a 512 MiB float32 tensor (bytes read + bytes written) with the process's threads."""
+    import torch
+
+    a = torch.ones(128 * 1024 * 1024)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        b.copy_(a)
+        n += 1
+    return 2 * a.numel() * 4 * n / (time.perf_counter() - start) / 1e9
+
+
 def child(variant: str, steps: int, out: str) -> dict:
     """Train ``steps`` demo steps of ``variant`` in this process; return per-step part times and token counts.
     ``variant``: a dtype, alone (the demo's configuration with ``share_prompt_prefix`` and ``share_generation_prefix``
@@ -78,10 +99,12 @@ def child(variant: str, steps: int, out: str) -> dict:
 
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
-    if option not in ("", "nogen", "noshare"):
-        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen or -noshare")
+    spg = int(option[3:]) if option.startswith("spg") and option[3:].isdigit() else 1
+    if option not in ("", "nogen", "noshare") and spg == 1 and option != "spg1":
+        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen, -noshare or -spgN")
     overrides["share_prompt_prefix"] = option != "noshare"
-    overrides["share_generation_prefix"] = option == ""
+    overrides["share_generation_prefix"] = option not in ("nogen", "noshare")
+    overrides["steps_per_generation"] = spg
     overrides.update(save_strategy="no", report_to="none")
     resolved = resolve_config(PRESET, overrides)
     args = build_trainer_config(resolved, out)
@@ -121,6 +144,8 @@ def child(variant: str, steps: int, out: str) -> dict:
             ids = k.get("input_ids")
             if ids is not None:
                 counts[f"{part[0]} tokens"] += int(ids.numel())
+                if ids.dim() == 2 and ids.shape[1] == 1:
+                    counts[f"{part[0]} decode steps"] += 1
                 fused = k.get("fused_lm_head", False)  # TRL's fused head: logits at every position on a CPU
                 keep = k.get("logits_to_keep", 0)
                 counts[f"{part[0]} logit positions"] += int(
@@ -166,9 +191,15 @@ def child(variant: str, steps: int, out: str) -> dict:
 
     trainer.add_callback(Steps())
     trainer.train()
+    # the bytes a decode step reads: the weights in the dtype the rollout computes in (bf16 autocast reads its cast
+    # copies, cached for the whole rollout)
+    weight_bytes = sum(p.numel() for p in trainer.model.parameters()) * (2 if dtype == "bfloat16" else 4)
     return {
         "times": times,
         "tokens": tokens,
+        "spg": spg,
+        "weight_bytes": weight_bytes,
+        "bandwidth": copy_bandwidth(),
         "peak_bf16": matmul_peak("bfloat16"),
         "peak_fp32": matmul_peak("float32"),
     }
@@ -225,27 +256,48 @@ def main() -> None:
     config = AutoConfig.from_pretrained(resolve_model(None))
     medians = {}
     for dtype, results in runs.items():
-        steps = [s for r in results for s in r["times"][1:]]  # first step of each child: warm-up
-        toks = [t for r in results for t in r["tokens"][1:]]
+        spg = results[0].get("spg", 1)
+        steps = [
+            s for r in results for s in r["times"][spg:]
+        ]  # the first rollout batch of each child: warm-up
+        toks = [t for r in results for t in r["tokens"][spg:]]
         peak = statistics.median(
             r["peak_bf16" if dtype.startswith("bfloat16") else "peak_fp32"] for r in results
         )
-        medians[dtype] = statistics.median(s["total"] for s in steps)
-        work = flops(toks[-1], config)
+        average = statistics.median if spg == 1 else statistics.fmean
+        medians[dtype] = average([s["total"] for s in steps])
+        # FLOPs per step: a step's own counts, the sampling ones spread over the spg steps one rollout serves
+        summed: dict[str, float] = defaultdict(float)
+        for t in toks:
+            for key, value in t.items():
+                summed[key] += value / len(toks)
+        work = flops(summed, config)
+        bandwidth = statistics.median(r["bandwidth"] for r in results)
+        weight_gb = results[0]["weight_bytes"] / 1e9
+        label = "median" if spg == 1 else f"mean (one rollout per {spg} steps)"
         print(
-            f"\n### {dtype}: {len(steps)} steps, median step {medians[dtype]:.2f} s; matmul peak {peak:.0f} GFLOP/s"
+            f"\n### {dtype}: {len(steps)} steps, {label} step {medians[dtype]:.2f} s; matmul peak {peak:.0f} "
+            f"GFLOP/s; copy bandwidth {bandwidth:.1f} GB/s, weights {weight_gb * 1e3:.0f} MB"
         )
-        print("| part | median s | share | GFLOP | GFLOP/s | of peak |")
+        print("| part | s per step | share | GFLOP | GFLOP/s | of peak |")
         print("|---|---|---|---|---|---|")
         for part in PARTS:
-            seconds = statistics.median(s.get(part, 0.0) for s in steps)
+            seconds = average([s.get(part, 0.0) for s in steps])
             g = work.get(part)
             rate = g / seconds if g and seconds else None
             print(
                 f"| {part} | {seconds:.2f} | {seconds / medians[dtype]:.0%} | {'—' if g is None else round(g, 1)} | "
                 f"{'—' if rate is None else round(rate)} | {'—' if rate is None else f'{rate / peak:.0%}'} |"
             )
-        print(f"token positions per step (the last step): {toks[-1]}")
+        decode = summed.get("sampling decode steps", 0.0)
+        sampling = average([s.get("sampling", 0.0) for s in steps])
+        if decode and sampling:
+            bound = decode * weight_gb / bandwidth
+            print(
+                f"sampling: {decode:.0f} decode steps per step ({decode / sampling:.1f}/s); the bandwidth bound "
+                f"{bound:.2f} s ({bandwidth / weight_gb:.0f} decode steps/s): sampling at {bound / sampling:.0%} of it"
+            )
+        print(f"token positions per step (mean over the measured steps): {dict(summed)}")
     base = dtypes[0]
     for variant in dtypes[1:]:
         print(f"step time {base} / {variant}: {medians[base] / medians[variant]:.2f}x")

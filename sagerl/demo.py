@@ -1,15 +1,22 @@
-"""``make demo``: SAGE on the embedded default, offline, in minutes on a CPU.
+"""``make demo``: SAGE on the embedded default, offline, in minutes on a CPU, with a gain larger than its noise.
 
-1. pass@k of the embedded SmolLM2-135M-Instruct on held-out arithmetic (``arith``), n samples per problem;
-2. ``grpo+branch`` training on the arithmetic training set (``arith_train``) for a few steps;
-3. pass@k of the trained model on the same held-out problems, then a before/after table (``sagerl
-   compare``) and an overlaid pass@k plot;
-4. on the planted-strategy task, GRPO against the best exploration method (2 seeds each): how many of the
-   problems only the rare strategy solves each still solves (:mod:`sagerl.demo_planted`, 2-3 minutes).
+1. pass@k of the embedded SmolLM2-135M-Instruct on held-out one-step arithmetic (``arith_l1``, 2 worked examples
+   in each prompt), n samples per problem;
+2. ``grpo+branch`` training on that level's training expressions (``arith_l1_train``) for a few steps;
+3. pass@k of the trained model on the same held-out problems with the same seeds, then a before/after table
+   (``sagerl compare``) with the paired difference per k (:func:`sagerl.analysis.support.paired_passk`: a
+   bootstrap over problems, one draw for both runs) and an overlaid pass@k plot;
+4. on the planted-strategy task, GRPO against the planted frontier's winner, PKPO with k annealed 8 -> 1 by a
+   cosine (2 seeds each): how many of the problems only the rare strategy solves each still solves, and at what
+   common pass@1 (:mod:`sagerl.demo_planted`).
 
-Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. The sizes
-below are chosen to finish in under 15 minutes on 2 CPU cores; ``--steps``, ``--problems`` and ``-n``
-trade time for precision.
+The task is the real-LM study's (docs/real-lm.md): the base model solves about a quarter of its samples, so most
+groups of 8 rollouts are mixed and every training step has a gradient; the learning rate and the step count are
+the pilot's (lr 2e-5, 24 steps of 1 prompt x 8 rollouts took pass@1 from 22% to 40-50% in every seed of the
+study). Rollouts prefill each prompt once for its 8 rows (``share_generation_prefix``).
+
+Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. ``--steps``,
+``--problems`` and ``-n`` trade time for precision.
 
 The demo is a list of :class:`Stage` objects (:data:`STAGES`): each prints one heading line, runs with
 one progress display of its own (third-party bars are off, :mod:`sagerl.cli.quiet`), and may print tables
@@ -29,14 +36,21 @@ from typing import Any
 from rich.console import Console
 
 PRESET = "grpo+branch"
-STEPS = 12
+EVAL_DATASET = "arith_l1"
+"""Held-out one-step arithmetic (the real-LM study's evaluation set)."""
+TRAIN_DATASET = "arith_l1_train"
+"""The same level's training expressions."""
+FEW_SHOT = 2
+"""Worked examples in each prompt, in training and in evaluation (the calibration's choice: 24% of the base
+model's samples right, 64% of its groups of 8 mixed; docs/real-lm.md)."""
+STEPS = 24
 """Training steps (optimizer steps); ``--steps``."""
-PROBLEMS = 32
+PROBLEMS = 64
 """Held-out arithmetic problems evaluated before and after training; ``--problems``."""
 SAMPLES = 8
 """Samples per problem (pass@1 ... pass@SAMPLES); ``-n``."""
-MAX_NEW_TOKENS = 96
-LEARNING_RATE = 1e-5
+MAX_NEW_TOKENS = 64
+LEARNING_RATE = 2e-5
 COMPLETIONS_PER_STEP = 8
 """Completions per optimizer step: one micro-batch, no accumulation. With the preset's 8 rollouts per
 prompt (``num_generations``) that is 1 prompt x 8 rollouts; the README states the same (a test checks)."""
@@ -45,6 +59,9 @@ prompt (``num_generations``) that is 1 prompt x 8 rollouts; the README states th
 def train_overrides(steps: int, max_new_tokens: int, learning_rate: float, progress: bool = True) -> dict:
     """The ``sagerl train`` overrides of the demo's training stage."""
     return {
+        "dataset": TRAIN_DATASET,
+        "few_shot": FEW_SHOT,
+        "share_generation_prefix": True,
         "max_steps": steps,
         "per_device_train_batch_size": COMPLETIONS_PER_STEP,
         "gradient_accumulation_steps": 1,
@@ -85,6 +102,7 @@ class DemoSettings:
         return dict(
             n=self.n,
             limit=self.problems,
+            few_shot=FEW_SHOT,
             max_new_tokens=self.max_new_tokens,
             temperature=1.0,
             seed=0,
@@ -125,7 +143,7 @@ def _eval_before(demo: Demo) -> Path:
 
     embedded_model_dir()  # converted once into the cache (about 20 s), before the stage's progress bar
     folder = demo.settings.out / "base"
-    evaluate(None, ["arith"], out=folder, **demo.settings.eval_kwargs())
+    evaluate(None, [EVAL_DATASET], out=folder, **demo.settings.eval_kwargs())
     return folder
 
 
@@ -141,7 +159,7 @@ def _eval_after(demo: Demo) -> Path:
     from sagerl.eval import evaluate
 
     folder = demo.settings.out / PRESET
-    evaluate(str(demo.results["training"]), ["arith"], out=folder, **demo.settings.eval_kwargs())
+    evaluate(str(demo.results["training"]), [EVAL_DATASET], out=folder, **demo.settings.eval_kwargs())
     return folder
 
 
@@ -155,7 +173,8 @@ def _training_heading(s: DemoSettings) -> str:
 
 def before_after_tables(demo: Demo) -> list:
     """The before/after pass@k table (:func:`sagerl.eval.compare.render_table`) of the two eval runs in
-    ``demo.settings.out``, and the plot ``passk_before_after.png`` beside them."""
+    ``demo.settings.out`` with a last row of their paired difference (:func:`paired_gain`), and the plot
+    ``passk_before_after.png`` beside them."""
     from sagerl.eval import compare_runs
     from sagerl.eval.compare import render_table
 
@@ -164,7 +183,45 @@ def before_after_tables(demo: Demo) -> list:
         [out / "base", out / PRESET], out=out / "passk_before_after.png", ks=demo.settings.ks
     )
     demo.results["comparison"] = comparison
-    return [render_table(comparison)]
+    gain = paired_gain(out / "base", out / PRESET, demo.settings.ks)
+    demo.results["gain"] = gain
+    table = render_table(comparison)
+    table.rows.append(("gain, paired", gain["cells"]))
+    return [table, gain_line(gain)]
+
+
+def paired_gain(base: Path, run: Path, ks: list[int]) -> dict[str, Any]:
+    """pass@k(after) − pass@k(before) in points per k, with the paired bootstrap 95% CI over the problems
+    (:func:`sagerl.analysis.support.paired_passk` on the evaluation's one data set): ``{"ks", "difference",
+    "ci", "num_problems", "cells"}`` (``cells``: :class:`sagerl.tables.Estimate` per k, for the table)."""
+    from sagerl.analysis.runs import load_eval_run
+    from sagerl.analysis.support import paired_passk
+    from sagerl.tables import Estimate
+
+    paired = paired_passk(load_eval_run(base), load_eval_run(run), ks)
+    entry = paired["average"]
+    difference = [100 * entry["difference"][f"pass@{k}"] for k in ks]
+    ci = [tuple(100 * v for v in entry["ci"][f"pass@{k}"]) for k in ks]
+    cells = [Estimate(d, lo, hi) for d, (lo, hi) in zip(difference, ci, strict=True)]
+    return {
+        "ks": ks,
+        "difference": difference,
+        "ci": ci,
+        "num_problems": entry["num_problems"],
+        "cells": cells,
+    }
+
+
+def gain_line(gain: dict[str, Any]):
+    """One line under the table: whether the pass@1 gain's paired CI excludes 0."""
+    from rich.text import Text
+
+    d, (lo, hi) = gain["difference"][0], gain["ci"][0]
+    verdict = "excludes 0" if lo > 0 or hi < 0 else "includes 0: not resolved at this size"
+    return Text(
+        f"pass@1 {d:+.1f} points, paired 95% CI [{lo:+.1f}, {hi:+.1f}] over {gain['num_problems']} "
+        f"problems: {verdict}"
+    )
 
 
 def _planted(demo: Demo) -> dict:
@@ -189,7 +246,7 @@ def planted_tables(demo: Demo) -> list:
 def _planted_heading(s: DemoSettings) -> str:
     from sagerl.demo_planted import BEST, SEEDS
 
-    return f"planted task: grpo against {BEST}, {len(SEEDS)} seeds each (the rare support each keeps)"
+    return f"planted task: grpo vs {BEST}, {len(SEEDS)} seeds each (rare support kept)"
 
 
 STAGES: list[Stage] = [
@@ -223,7 +280,7 @@ def run_demo(
     stages = STAGES if stages is None else stages
     demo = Demo(settings, console or Console())
     start = time.time()
-    demo.console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M, built-in arithmetic")
+    demo.console.rule(f"[bold]sagerl demo: SAGE ({PRESET}) on SmolLM2-135M, one-step arithmetic")
     for i, stage in enumerate(stages, start=1):
         demo.console.print(f"[bold]{i}/{len(stages)}[/] {stage.heading(settings)}", highlight=False)
         t = time.time()
