@@ -12,6 +12,7 @@ from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate, to
 from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty, zero_advantage_mask
 from sagerl.objective.divergences import KL_ESTIMATORS, forward_kl, shaped_kl
 from sagerl.objective.entropy_advantage import entropy_advantage
+from sagerl.objective.flowrl import flowrl_surrogate
 from sagerl.objective.guides import (
     branch_guide,
     branch_token_guide,
@@ -115,6 +116,7 @@ __all__ = [
     "dynamic_sampling_mask",
     "entropic_risk_weight",
     "entropy_advantage",
+    "flowrl_surrogate",
     "forward_kl",
     "gaussian_guide",
     "get",

@@ -1,6 +1,7 @@
 """The policy term by name: the clipped surrogate and TRL's alternative loss types
 (:mod:`sagerl.objective.surrogate`: GSPO, CISPO, SAPO, VESPO), the covariance variants
-(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov) and SimKO (:mod:`sagerl.objective.simko`).
+(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov), SimKO (:mod:`sagerl.objective.simko`) and FlowRL
+(:mod:`sagerl.objective.flowrl`).
 
 Every entry of :data:`POLICY_LOSSES` has the signature ``fn(logp, old_logp, advantages, mask, *, epsilon_low,
 epsilon_high, delta, **params) -> SurrogateOutput`` with (B, T) tensors, and changes the policy-gradient term
@@ -20,6 +21,9 @@ from sagerl.objective.covariance import (
     clip_cov_surrogate,
     kl_cov_surrogate,
 )
+from sagerl.objective.flowrl import INPUTS as FLOWRL_INPUTS
+from sagerl.objective.flowrl import SETTINGS as FLOWRL_SETTINGS
+from sagerl.objective.flowrl import flowrl_surrogate
 from sagerl.objective.simko import INPUTS as SIMKO_INPUTS
 from sagerl.objective.simko import SETTINGS as SIMKO_SETTINGS
 from sagerl.objective.simko import simko_surrogate
@@ -45,6 +49,7 @@ __all__ = [
     "cispo_surrogate",
     "clip_surrogate",
     "clipped_surrogate",
+    "flowrl_surrogate",
     "gspo_surrogate",
     "policy_loss",
     "sapo_surrogate",
@@ -63,17 +68,19 @@ POLICY_LOSSES: dict[str, Callable[..., SurrogateOutput]] = {
     "clip_cov": clip_cov_surrogate,
     "kl_cov": kl_cov_surrogate,
     "simko": simko_surrogate,
+    "flowrl": flowrl_surrogate,
 }
 """name -> policy term (see the module docstring; ``sage_loss(policy_loss=...)``)."""
 POLICY_LOSS_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "clip_cov": CLIP_COV_SETTINGS,
     "kl_cov": KL_COV_SETTINGS,
     "simko": SIMKO_SETTINGS,
+    "flowrl": FLOWRL_SETTINGS,
 }
 """name -> the settings its module declares (keywords of that term; the engines' config fields of the same
 names). The TRL loss types' own parameters (CISPO's ratio bound, SAPO's temperatures, VESPO's) are TRL's fields,
 mapped by ``SAGEConfig.resolved_policy_loss_params``."""
-POLICY_LOSS_INPUTS: dict[str, tuple[str, ...]] = {"simko": SIMKO_INPUTS}
+POLICY_LOSS_INPUTS: dict[str, tuple[str, ...]] = {"simko": SIMKO_INPUTS, "flowrl": FLOWRL_INPUTS}
 """name -> the per-token inputs beyond PPO's that an engine computes and passes with the term's settings."""
 
 

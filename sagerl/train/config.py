@@ -554,6 +554,8 @@ class SAGEConfig(GRPOConfig):
                 "rollout batch): its penalty |log π − log π_old| and its gradient are 0, leaving the plain policy "
                 "gradient. Reuse each rollout batch, e.g. steps_per_generation=2 (or num_iterations=2)"
             )
+        if self.resolved_policy_loss == "flowrl":
+            self._check_flowrl()
         if self.resolved_policy_loss == "simko" and not self.is_on_policy:
             raise ConfigError(
                 "policy_loss='simko' reads the top-K log-probs of π_old, which TRL's π_old pass does not compute: "
@@ -576,6 +578,29 @@ class SAGEConfig(GRPOConfig):
                 f"batch (per_device_train_batch_size x steps_per_generation = {local_rollouts}) must be a multiple "
                 f"of num_generations={self.num_generations}; or set max_num_gen_batches=1 (drop equal-reward "
                 "groups without refill)"
+            )
+
+    def _check_flowrl(self) -> None:
+        """FlowRL's loss reads π_ref's log-probs, one advantage per completion and a learned log Z head (one line
+        each, naming the setting to change)."""
+        if self.beta == 0.0:
+            raise ConfigError(
+                "policy_loss='flowrl' reads the reference's log-probs, which TRL computes only with beta > 0 (the "
+                "authors keep a KL loss of 0.001): set beta > 0"
+            )
+        if self.kl_placement == "reward":
+            raise ConfigError(
+                "policy_loss='flowrl' takes one advantage per completion; kl_placement='reward' makes them per token: "
+                "use kl_placement='loss'"
+            )
+        if self.resolved_loss_agg_mode != "seq-mean-token-mean":
+            raise ConfigError(
+                f"policy_loss='flowrl' is a mean over completions (each token carries its completion's loss): set "
+                f"loss_agg_mode='seq-mean-token-mean' (got {self.resolved_loss_agg_mode!r})"
+            )
+        if self.use_vllm:
+            raise ConfigError(
+                "policy_loss='flowrl' trains a log Z head that vLLM's weight sync does not know: unset use_vllm"
             )
 
     def _check_passk_k_schedule(self, group: int) -> None:

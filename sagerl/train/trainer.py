@@ -62,6 +62,7 @@ from sagerl.objective import (
     ucb_bonus,
     zero_advantage_mask,
 )
+from sagerl.objective.flowrl import LogPartitionHead
 from sagerl.objective.multi_reward import normalize_then_sum_advantages
 from sagerl.tasks.planted import NO_STRATEGY, read_strategy
 from sagerl.tasks.verify import final_answer
@@ -189,6 +190,12 @@ class SAGETrainer(GRPOTrainer):
         with cpu_engine_dtype(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         install_cpu_weight_sync(self)  # vLLM's CPU engine only (sagerl.train.vllm_rollouts)
+        if (
+            args.resolved_policy_loss == "flowrl"
+        ):  # FlowRL's log Z(x), trained with the policy (its submodule)
+            policy = self.accelerator.unwrap_model(self.model)
+            head = LogPartitionHead(policy.config.get_text_config().hidden_size)
+            policy.flowrl_log_z = head.to(device=policy.device, dtype=policy.dtype)
 
         self._wants_ref_entropy = args.guide != "none" and args.guide_entropy_source == "reference"
         if self._wants_ref_entropy:
@@ -885,7 +892,9 @@ class SAGETrainer(GRPOTrainer):
         if "sage_keep" in inputs:
             mask = mask * inputs["sage_keep"].unsqueeze(1)
 
-        forward = self._simko_forward if self.args.resolved_policy_loss == "simko" else None
+        forward = {"simko": self._simko_forward, "flowrl": self._flowrl_forward}.get(
+            self.args.resolved_policy_loss
+        )
         logps, entropies, aux_loss = (forward or self._get_per_token_logps_and_entropies)(
             model,
             input_ids,
@@ -921,6 +930,8 @@ class SAGETrainer(GRPOTrainer):
             policy_params, importance = {**policy_params, "importance_sampling_ratio": importance}, None
         if policy_loss == "simko":  # its per-token inputs, from the forward pass above
             policy_params = {**policy_params, **self._simko_inputs, "correct": inputs["sage_correct"].bool()}
+        if policy_loss == "flowrl":  # log Z(x) from the forward pass above, and TRL's reference log-probs
+            policy_params = {**policy_params, "log_z": self._flowrl_log_z, "ref_logp": ref_logps}
         entropy_mask = self._entropy_mask(entropies, mask)
         importance = self._surrogate_weights(inputs, logps, mask, importance, entropy_mask)
         out = sage_loss(
@@ -1002,6 +1013,45 @@ class SAGETrainer(GRPOTrainer):
             "entropy": entropies.detach(),
             "is_top1": completion_ids == top[..., 0],
         }
+        return logps, entropies, None
+
+    def _flowrl_forward(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        compute_entropy=True,
+        compute_aux_loss=False,
+        **kwargs,
+    ):
+        """The policy's forward pass of the loss for FlowRL: the sampled tokens' log-probs and the entropies, and from
+        the same pass log Z(x) of each row's prompt (``flowrl_log_z`` of the mean of the prompt's last hidden states,
+        with gradient; kept in ``_flowrl_log_z``). TRL's fused LM head returns no hidden states, so this pass is a
+        plain forward (one, as TRL's).
+
+        Raises:
+            ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
+        """
+        if compute_aux_loss or any(value is not None for value in kwargs.values()):
+            raise ConfigError("policy_loss='flowrl' supports text-only models without an MoE auxiliary loss")
+        with self.accelerator.autocast():
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_to_keep=logits_to_keep + 1,
+                output_hidden_states=True,
+            )
+        logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
+        logprobs = torch.log_softmax(logits, dim=-1)
+        logps = logprobs.gather(-1, input_ids[:, -logits_to_keep:].unsqueeze(-1)).squeeze(-1)
+        entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
+        prompt_len = input_ids.size(1) - logits_to_keep
+        head = self.accelerator.unwrap_model(model).flowrl_log_z
+        hidden = out.hidden_states[-1][:, :prompt_len]
+        self._flowrl_log_z = head(
+            hidden.to(next(head.parameters()).dtype), attention_mask[:, :prompt_len]
+        ).float()
         return logps, entropies, None
 
     # ------------------------------------------------------------------ TRL's surrogate options

@@ -121,7 +121,12 @@ def test_the_engines_map_every_setting_to_its_keyword():
     for name, settings in POLICY_LOSS_SETTINGS.items():
         reuse = {"kl_cov": 2}.get(name, 1)  # KL-Cov needs an off-policy step, SimKO an on-policy one
         args = SAGEConfig(
-            output_dir="/tmp/unused", use_cpu=True, policy_loss=name, steps_per_generation=reuse
+            output_dir="/tmp/unused",
+            use_cpu=True,
+            policy_loss=name,
+            steps_per_generation=reuse,
+            beta=0.05,
+            loss_type="grpo",
         )
         assert args.resolved_policy_loss_params == {s.name: s.default for s in settings}
 

@@ -106,6 +106,16 @@ VALID_CALLS: dict[str, dict] = {
     "integer_at": dict(schedule=objective.ConstantSchedule(2.0), step=3),
     # issue 38's methods
     "maxpo_advantages": dict(rewards=REWARDS, group_size=2, k=1),
+    "flowrl_surrogate": dict(
+        logp=LOGP,
+        old_logp=LOGP + 0.1,
+        advantages=ADV,
+        mask=MASK,
+        log_z=torch.zeros(B),
+        ref_logp=LOGP - 0.1,
+        epsilon_high=0.3,
+        delta=2.0,
+    ),
     "simko_surrogate": dict(
         logp=LOGP,
         old_logp=LOGP + 0.1,

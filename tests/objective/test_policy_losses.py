@@ -34,7 +34,8 @@ def leaf():
 
 
 def test_registry_names():
-    assert set(POLICY_LOSSES) == {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov", "simko"}
+    names = {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov", "simko", "flowrl"}
+    assert set(POLICY_LOSSES) == names
 
 
 def test_sequence_log_ratio_is_the_masked_mean():
@@ -113,6 +114,10 @@ def test_the_anchor_is_the_same_on_top_of_every_surrogate(name, placement):
             topk_logp=topk, old_topk_logp=topk + 0.05, entropy=-LOGP, is_top1=LOGP > -1.0,
             correct=ADV > 0, simko_top_k=2, simko_tau=0.5, simko_mix=0.3,
         )  # fmt: skip
+    if name == "flowrl" and placement == "reward":
+        pytest.skip("FlowRL takes one advantage per completion: the KL-to-go's per-token ones are refused")
+    if name == "flowrl":  # FlowRL's: log Z(x) and the reference log-probs (issue 38)
+        inputs = dict(log_z=torch.tensor([0.3, -0.2], dtype=torch.float64), ref_logp=LOGP - 0.2)
     common = dict(
         beta=0.1, epsilon_low=0.2, epsilon_high=0.28, kl_placement=placement, policy_loss=name,
         policy_loss_params=inputs,

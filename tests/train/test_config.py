@@ -116,6 +116,7 @@ EXPECTED = {
     "maxpo": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
     "maxpo-anneal": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
     "simko": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "flowrl": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
 }
 METHOD_KEYS = {
     # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
@@ -156,6 +157,7 @@ METHOD_KEYS = {
         "simko_tau": 0.8,
         "simko_neg_scale": 1.1,
     },
+    "flowrl": {"policy_loss": "flowrl", "flowrl_beta": 15.0},
     "dapo": {"max_num_gen_batches": 10},
     "dapo+branch": {"max_num_gen_batches": 10},
 }

@@ -36,6 +36,13 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
 POLICY_TERMS = ("clip", "clip_cov", "kl_cov")
 """The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
+VERL_REFUSED_TERMS = {
+    "simko": "SimKO reads the log-probs of the top-K tokens at every position, which verl's actor forward does not "
+    "return (it gives the sampled tokens' log-probs and the entropies)",
+    "flowrl": "FlowRL trains a log Z head on the prompt's hidden states, which verl's actor forward does not return "
+    "and its optimizer does not hold",
+}
+"""sagerl's policy terms the plugin refuses at start-up, with the reason (issue 38)."""
 
 NUMERIC_RANGES: dict[str, Range] = {
     **{
@@ -135,11 +142,10 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
                 f"actor.policy_loss is SAGE's config ({TARGET}) but loss_mode={self.loss_mode!r}: set "
                 "actor_rollout_ref.actor.policy_loss.loss_mode=sage (SAGE never falls back to another loss)"
             )
-        if self.policy_term == "simko":
+        if self.policy_term in VERL_REFUSED_TERMS:
             raise ConfigError(
-                "actor.policy_loss.policy_term='simko' is not available in verl: SimKO reads the log-probs of the "
-                "top-K tokens at every position, which verl's actor forward does not return (it gives the sampled "
-                "tokens' log-probs and the entropies); use the TRL adapter (sagerl train --preset simko)"
+                f"actor.policy_loss.policy_term={self.policy_term!r} is not available in verl: "
+                f"{VERL_REFUSED_TERMS[self.policy_term]}; use the TRL adapter (sagerl train --preset {self.policy_term})"
             )
         choices = {
             "guide": GUIDES,

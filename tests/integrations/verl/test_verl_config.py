@@ -98,6 +98,7 @@ def test_plain_grpo_is_untouched():
             "policy_term:simko",
             "policy_term='simko' is not available in verl: SimKO reads the log-probs of the top-K tokens",
         ),
+        ("policy_term:flowrl", "policy_term='flowrl' is not available in verl: FlowRL trains a log Z head"),
     ],
 )
 def test_bad_sage_fields_fail_in_the_driver(fields, message):
