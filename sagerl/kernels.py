@@ -43,6 +43,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sagerl.errors import ConfigError
 
@@ -240,7 +241,15 @@ def cpu_kind(record: Mapping[str, object]) -> str:
     return f"{record.get('cpu')} ({unit})"
 
 
-CANONICAL_BUILDS: dict[str, dict[str, object]] = {}
+CANONICAL_BUILDS: dict[str, dict[str, Any]] = {
+    "reference/1": {
+        "files": {
+            "model.safetensors": "a88d5b0ed8eeb1d1a07e4764c31825f32615bcb1777a41ef2ebb4abb5a0418ed",
+            "planted.json": "46b4171dd80556ad81edfa61ba477003daa4d2c113c08fdf9d956a8944f0c989",
+        },
+        "cpu": "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
+    },
+}
 """The planted builds made under canonical kernels (``"<role>/<build seed>"``): the SHA-256 of each file that
 differs from a native build and the CPU kind it was made on; what ``sagerl planted build --check`` compares a
 canonical build with. The shipped builds (``sagerl/tasks/planted_models``) were made natively on an AMD EPYC

@@ -148,6 +148,36 @@ def test_a_library_caller_whose_torch_is_loaded_cannot_switch_in_process(monkeyp
     assert kernels.apply("canonical") == "canonical"  # started under the cap already: nothing to do
 
 
+def test_the_commands_refuse_an_unknown_mode_in_one_line(tmp_path, capsys):
+    from sagerl.cli import main
+
+    for args in (
+        ["planted", "build", "reference", "--out", str(tmp_path / "m"), "--kernels", "fast"],
+        ["eval", "--model", "planted-reference", "--dataset", "planted_rare", "--kernels", "fast"],
+        ["train", "--model", "planted-reference", "--kernels", "fast", "--dry-run"],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["sagerl: error: --kernels 'fast': choose one of canonical, native"], args
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_train_command_reads_its_model_without_torch_for_the_default_mode(tmp_path):
+    from sagerl.cli.train import _requested_model
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model: planted-reference-b2\nlearning_rate: 1.0e-3\n")
+    assert _requested_model("planted-teacher", [str(config)], ["model=x"]) == "planted-teacher"
+    assert _requested_model(None, [str(config)], []) == "planted-reference-b2"
+    assert (
+        _requested_model(None, [str(config)], ["beta=0.1", "model = planted-reference"])
+        == "planted-reference"
+    )
+    assert _requested_model(None, [], ["beta=0.1"]) is None
+
+
 def _canonical_or_skip() -> None:
     from sagerl.kernels import canonical_supported
 
