@@ -182,3 +182,12 @@ def test_verl_reads_every_setting_of_the_estimators_it_registers():
     for name in VERL_ESTIMATORS:
         for s in ESTIMATORS[name].settings:
             assert CONFIG_KEYS[s.name] == (s.field, s.default), (name, s.name)
+
+
+def test_verl_policy_loss_config_has_every_loss_setting():
+    pytest.importorskip("verl")
+    from sagerl.integrations.verl.config import NUMERIC_RANGES, SAGEPolicyLossConfig
+
+    fields = {f.name: f for f in dataclasses.fields(SAGEPolicyLossConfig)}
+    for name, s in LOSS_SETTINGS.items():
+        assert fields[name].default == s.default and NUMERIC_RANGES[name] == s.allowed, name
