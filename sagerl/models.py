@@ -10,6 +10,8 @@ and saves a normal Hugging Face checkpoint once into a cache folder (``$SAGERL_C
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -58,12 +60,34 @@ def embedded_model_dir() -> Path:
         return _convert_embedded(_gguf_path(), target)
 
 
+@contextlib.contextmanager
+def _gguf_progress_follows_transformers():
+    """transformers' GGUF reader draws its own tqdm bar ("Converting and de-quantizing GGUF tensors"), which its
+    progress-bar switch does not reach: while the embedded model converts, that bar is off whenever transformers'
+    bars are (the CLI and the demo turn them off: :mod:`sagerl.cli.quiet`)."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None or hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def _convert_embedded(gguf: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with _gguf_progress_follows_transformers():
+        quantised = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

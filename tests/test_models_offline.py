@@ -59,3 +59,27 @@ def test_eval_and_study_refuse_it_before_writing_anything(offline, tmp_path, cap
         ConfigError, match=r"study\.yaml: model 'Qwen/Nope-7B' is not a local folder.*HF_HUB_OFFLINE"
     ):
         load_study(path)
+
+
+def test_the_gguf_conversion_bar_is_off_when_transformers_bars_are(capsys):
+    """The embedded model's first conversion drew transformers' GGUF tqdm bar inside the demo's first stage (seen
+    from a fresh cache, 2026-12-04): that bar follows transformers' progress switch, which the CLI turns off."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    from sagerl.models import _gguf_progress_follows_transformers
+
+    original = gguf_utils.tqdm
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with _gguf_progress_follows_transformers():
+            list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+        assert gguf_utils.tqdm is original
+        assert "Converting" not in capsys.readouterr().err
+        hf_logging.enable_progress_bar()
+        with _gguf_progress_follows_transformers():
+            list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+        assert "Converting" in capsys.readouterr().err  # a user who wants bars keeps this one
+    finally:
+        (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
