@@ -30,8 +30,8 @@ under the cap) and into an evaluation's engine (:data:`sagerl.eval.samples.ENGIN
 
 ``canonical`` on a CPU without AVX2 and FMA, or not x86-64, cannot run those kernels: one
 :class:`KernelModeWarning` says the numbers will not match the published ones, and the run goes on natively.
-Where each CPU kind was checked: ``docs/planted.md`` (section "Canonical kernels") and
-:data:`sagerl.kernels_fingerprints.FINGERPRINTS`.
+Where each CPU kind was checked: ``docs/planted.md`` (section "Canonical kernels"); the cross-CPU check
+is ``tests/test_kernels.py``, whose fingerprint SHA-256s were recorded on an Intel Xeon with AMX.
 """
 
 from __future__ import annotations
