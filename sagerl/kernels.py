@@ -67,6 +67,10 @@ is not reproducible across CPUs)."""
 REQUIRED_FLAGS = ("avx2", "fma")
 """The CPU flags (``/proc/cpuinfo``) the canonical kernels need; torch's AVX2 kernels use FMA too."""
 
+CANONICAL_THREADS = 1
+"""The threads of a command run with canonical kernels when ``OMP_NUM_THREADS`` does not say (a reduction split
+over 2 threads rounds otherwise than over 1; a study gives its own ``threads``)."""
+
 REEXEC_MARK = "SAGERL_KERNELS_REEXEC"
 """Set in the environment of a command started again by :func:`apply` (so it never loops)."""
 
@@ -203,7 +207,8 @@ def apply(mode: str, where: str = "--kernels") -> str:
 
     ``native``, or a process that runs the canonical kernels already, changes nothing. For ``canonical``:
     before torch is imported the variables of :data:`CANONICAL_ENV` are set in this process's environment
-    (torch, MKL and oneDNN read them when they load); after, a ``sagerl`` command replaces itself with the
+    (torch, MKL and oneDNN read them when they load), with ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` at
+    ``OMP_NUM_THREADS`` if the user set it, else :data:`CANONICAL_THREADS`; after, a ``sagerl`` command replaces itself with the
     same command line under them (``os.execve`` of ``sys.executable`` and ``sys.orig_argv``, marked with
     :data:`REEXEC_MARK` so it happens once), and a library caller gets an error, since its torch runs the
     kernels it loaded with.
@@ -216,11 +221,12 @@ def apply(mode: str, where: str = "--kernels") -> str:
     mode = effective_mode(mode, where)
     if mode == NATIVE or active_mode() == CANONICAL:
         return mode
+    threads = os.environ.get("OMP_NUM_THREADS") or str(CANONICAL_THREADS)
     if "torch" not in sys.modules:
-        os.environ.update(CANONICAL_ENV)
+        os.environ.update(environment(CANONICAL, threads=int(threads) if threads.isdigit() else None))
         return CANONICAL
     if _is_command_line() and os.environ.get(REEXEC_MARK) != "1":
-        env = environment(CANONICAL)
+        env = environment(CANONICAL, threads=int(threads) if threads.isdigit() else None)
         env[REEXEC_MARK] = "1"
         sys.stdout.flush()
         sys.stderr.flush()

@@ -24,7 +24,9 @@ FINGERPRINT = {
     "samples": "78a9802e9471bbcf80a47a607c3205ab69e4c67b033f4247ee516993bf789826",
 }
 """SHA-256s of the fingerprint run under canonical kernels (:func:`fingerprint_run`): the short reference
-build's ``model.safetensors``, the GRPO- and PKPO-trained ``model.safetensors`` and the evaluation's samples."""
+build's ``model.safetensors``, the GRPO- and PKPO-trained ``model.safetensors`` and the evaluation's samples.
+Native kernels on the same Intel Xeon gave other weights (reference ``b2efc449...``, grpo ``33c7782e...``, pkpo
+``164efc65...``) and the same samples: the weights are what tells kernels apart."""
 
 MATCHED_ON = [
     "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
@@ -214,12 +216,22 @@ def test_a_cli_command_started_after_torch_loaded_starts_itself_again_under_the_
         "import json, os, sys, torch\n"
         "from sagerl.kernels import apply\n"
         "print(json.dumps([apply(sys.argv[1]), torch.backends.cpu.get_cpu_capability(),"
-        f" os.environ.get({REEXEC_MARK!r})]))\n"
+        f" os.environ.get({REEXEC_MARK!r}), torch.get_num_threads()]))\n"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k not in CANONICAL_ENV}
+    free = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", *CANONICAL_ENV}
+    env = {k: v for k, v in __import__("os").environ.items() if k not in free}
     done = subprocess.run([sys.executable, str(script), "canonical"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["canonical", "AVX2", "1"]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["canonical", "AVX2", "1", 1]
+    # before torch loads, the command sets the environment in its own process (no second start)
+    code = (
+        "import json, os; from sagerl.kernels import apply; mode = apply('canonical'); import torch; "
+        "print(json.dumps([mode, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), "
+        f"os.environ.get({REEXEC_MARK!r})]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["canonical", "AVX2", 1, None]
 
 
 # --- the fingerprint ----------------------------------------------------------------------------------------
