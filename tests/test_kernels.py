@@ -166,6 +166,42 @@ def test_the_commands_refuse_an_unknown_mode_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
+def test_planted_build_check_compares_a_canonical_build_with_the_recorded_one(tmp_path, monkeypatch, capsys):
+    """``sagerl planted build --check`` under canonical kernels compares with CANONICAL_BUILDS (the build itself
+    stood in for: it takes minutes; the process runs under the cap's environment already)."""
+    from sagerl import kernels
+    from sagerl.cli import main
+
+    for key, value in kernels.CANONICAL_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(kernels, "canonical_supported", lambda: (True, ""))
+
+    def fake_build(role, out, build_seed):
+        out = Path(out)
+        out.mkdir()
+        (out / "model.safetensors").write_bytes(b"weights")
+        (out / "planted.json").write_bytes(b"report")
+        return out
+
+    monkeypatch.setattr("sagerl.tasks.planted_model.build_planted_model", fake_build)
+    recorded = {
+        "files": {"model.safetensors": hashlib.sha256(b"weights").hexdigest(), "planted.json": "0" * 64},
+        "cpu": "Test CPU (AVX2)",
+    }
+    monkeypatch.setitem(kernels.CANONICAL_BUILDS, "reference/1", recorded)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["planted", "build", "reference", "--out", str(tmp_path / "a"), "--check"])
+    assert exit_info.value.code == 1
+    out = capsys.readouterr().out
+    assert "(canonical kernels)" in out
+    assert "differs from the recorded canonical build in planted.json (recorded on Test CPU (AVX2))" in out
+    recorded["files"]["planted.json"] = hashlib.sha256(b"report").hexdigest()
+    main(["planted", "build", "reference", "--out", str(tmp_path / "b"), "--check"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "identical to the recorded canonical build (recorded on Test CPU (AVX2))"
+    )
+
+
 def test_the_train_command_reads_its_model_without_torch_for_the_default_mode(tmp_path):
     from sagerl.cli.train import _requested_model
 
