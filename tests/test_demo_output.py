@@ -1,10 +1,8 @@
 """What ``make demo`` prints fits an 80-column terminal: no wrapped table cell, one display per stage.
 
-The demo's own printing code runs on recorded results (``tests/data/demo``: the results.json of the two
-eval runs, rebuilt with :func:`sagerl.eval.results.summarize` from the totals of the 2026-12-01 demo run:
-7 and 9 of 32 problems solved, 11 and 13 of 256 samples correct, spread over the solved problems by
-assumption); the stages that would sample and train are replaced by ones that copy those folders, so
-this takes a second.
+The demo's own printing code runs on recorded results (``tests/data/demo``: the two evaluation folders of a real
+``make demo`` run, samples included: RECORDED_RUN says which); the stages that would sample and train are
+replaced by ones that copy those folders, so this takes a second.
 """
 
 from __future__ import annotations
@@ -15,14 +13,16 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sagerl import demo
 from sagerl.tables import Estimate, FittedTable, render_text
 
 RECORDED = Path(__file__).parent / "data" / "demo"
-PLANTED = {  # what the planted stage collects (sagerl.study.table.collect): seeds 0 and 1 of exploration.yaml
-    "reference": {"solved/planted_rare": 42.0, "pass@1/planted_common": 0.838},
+RECORDED_RUN = "make demo from a fresh clone of 0a465ad with an empty SAGERL_CACHE, 2026-12-04, Intel Xeon with AMX (bf16)"
+PLANTED = {  # what the planted stage of that run collected (sagerl.study.table.collect)
+    "reference": {"solved/planted_rare": 46.0, "pass@1/planted_common": 0.883544921875},
     "cells": {
         name: {
             "per_seed": {"0": {"solved/planted_rare": a}, "1": {"solved/planted_rare": b}},
@@ -31,7 +31,10 @@ PLANTED = {  # what the planted stage collects (sagerl.study.table.collect): see
                 "pass@1/planted_common": {"mean": common},
             },
         }
-        for name, a, b, common in (("grpo", 1.0, 4.0, 0.9320068359375), ("pkpo", 64.0, 64.0, 0.775146484375))
+        for name, a, b, common in (
+            ("grpo", 0.0, 1.0, 0.9520263671875),
+            ("pkpo-anneal@cosine", 42.0, 24.0, 0.973388671875),
+        )
     },
 }
 
@@ -55,7 +58,7 @@ def _recorded_stages(out: Path) -> list[demo.Stage]:
 
 def _cells_of(results: dict) -> list[str]:
     """Every value and CI text the before/after table must show whole, e.g. '4.3' and '[0.8, 8.6]'."""
-    entry = results["datasets"]["arith"]
+    entry = results["datasets"][demo.EVAL_DATASET]
     out = []
     for k in (1, 2, 4, 8):
         lo, hi = entry["ci"][f"pass@{k}"]
@@ -81,14 +84,14 @@ def test_the_demo_output_fits_80_columns(tmp_path):
     assert "1 prompt x 8 rollouts per step" in headings[1]
     header_rows = [line for line in lines if "pass@1" in line and line.startswith("run ")]
     assert len(header_rows) == 1 and all(f"pass@{k}" in header_rows[0] for k in (1, 2, 4, 8))
-    assert "on arith" in text and (tmp_path / "passk_before_after.png").is_file()
+    assert f"on {demo.EVAL_DATASET} " in text and (tmp_path / "passk_before_after.png").is_file()
     # the CI of each run is on its own row, under the values: two lines per run
     row = next(i for i, line in enumerate(lines) if line.startswith("base "))
     assert lines[row + 1].lstrip().startswith("[") and lines[row + 2].startswith(demo.PRESET)
-    assert "reference model: 42 of 64 rare problems solved" in text and re.search(
-        r"^pkpo\s+64, 64\s+64\.0\s+77\.5%",
+    assert "reference model: 46 of 64 rare problems solved" in text and re.search(
+        r"^pkpo-anneal@cosine\s+42, 24\s+33\.0\s+97\.3%",
         text,
-        re.M,  # as the 2026-12-01 demo printed it
+        re.M,  # as the recorded run printed it
     )
     for banned in ("it/s", "Loading weights", "Writing model shards", "{'loss'"):
         assert banned not in text
@@ -110,11 +113,53 @@ def test_a_wide_terminal_keeps_each_ci_beside_its_value(tmp_path):
     d = demo.Demo(settings, Console(file=io.StringIO()))
     for name in ("base", demo.PRESET):
         shutil.copytree(RECORDED / name, tmp_path / name)
-    (table,) = demo.before_after_tables(d)
+    table, _ = demo.before_after_tables(d)
     text = render_text(table, width=120)
-    assert re.search(r"^base\s+4\.3 \[\d+\.\d, \d+\.\d\]", text, re.M), text
-    assert len(text.splitlines()) == 5  # title, header, rule, one line per run
+    base = json.loads((RECORDED / "base" / "results.json").read_text())["datasets"][demo.EVAL_DATASET]
+    assert re.search(rf"^base\s+{100 * base['pass@1']:.1f} \[\d+\.\d, \d+\.\d\]", text, re.M), text
+    assert len(text.splitlines()) == 6  # title, header, rule, one line per run and the paired gain
     assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_the_paired_gain_is_the_mean_per_problem_difference(tmp_path):
+    """The gain row is pass@k(after) − pass@k(before) per problem, averaged (the unbiased estimator of each, from
+    the recorded samples), and the line under the table says whether its pass@1 CI excludes 0."""
+    from sagerl.analysis.runs import load_eval_run
+    from sagerl.eval.passk import pass_at_k
+
+    gain = demo.paired_gain(RECORDED / "base", RECORDED / demo.PRESET, [1, 2, 4, 8])
+    before, after = (load_eval_run(RECORDED / name) for name in ("base", demo.PRESET))
+    n = before.n
+    for i, k in enumerate((1, 2, 4, 8)):
+        per_problem = [
+            pass_at_k(n, a, k) - pass_at_k(n, b, k)
+            for a, b in zip(
+                after.correct_counts(demo.EVAL_DATASET), before.correct_counts(demo.EVAL_DATASET), strict=True
+            )
+        ]
+        assert gain["difference"][i] == pytest.approx(100 * sum(per_problem) / len(per_problem), abs=1e-9)
+        lo, hi = gain["ci"][i]
+        assert lo <= gain["difference"][i] <= hi
+    assert gain["num_problems"] == demo.PROBLEMS
+    line = demo.gain_line(gain).plain
+    assert line.endswith("excludes 0") == (gain["ci"][0][0] > 0)
+
+
+def test_the_readme_table_is_what_the_demo_prints_on_the_recorded_run(tmp_path):
+    """The README's table, "as printed", is the demo's printout of the recorded run at 80 columns, line for line."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### What `make demo` shows") :]
+    block = section[
+        section.index("```text\n") + len("```text\n") : section.index("\n```", section.index("```text"))
+    ]
+    file = io.StringIO()
+    d = demo.Demo(demo.DemoSettings(out=tmp_path), Console(file=file, width=80, color_system=None))
+    for name in ("base", demo.PRESET):
+        shutil.copytree(RECORDED / name, tmp_path / name)
+    for renderable in demo.before_after_tables(d):
+        d.console.print(renderable)
+    printed = [line.rstrip() for line in file.getvalue().splitlines()]
+    assert [line.rstrip() for line in block.splitlines()] == printed
 
 
 def test_a_new_stage_with_its_own_table_is_one_entry(tmp_path):
