@@ -8,8 +8,9 @@ Two modes (:data:`MODES`):
 
 - ``canonical``: every kernel library capped at AVX2 (:data:`CANONICAL_ENV`): ATen's dispatch
   (``ATEN_CPU_CAPABILITY=avx2``), oneDNN (``ONEDNN_MAX_CPU_ISA=AVX2``), MKL's dispatch
-  (``MKL_ENABLE_INSTRUCTIONS=AVX2``) and MKL's Conditional Numerical Reproducibility mode on its AVX2 code
-  path (``MKL_CBWR=AVX2``), with ``dtype: auto`` meaning float32 (``SAGERL_DTYPE=float32``). Every x86-64 CPU with AVX2 and FMA (Intel since 2013, AMD since 2015) runs the
+  (``MKL_ENABLE_INSTRUCTIONS=AVX2``) and MKL's Conditional Numerical Reproducibility mode on the one code
+  path it runs on Intel and AMD CPUs alike (``MKL_CBWR=COMPATIBLE``), with ``dtype: auto`` meaning float32
+  (``SAGERL_DTYPE=float32``). Every x86-64 CPU with AVX2 and FMA (Intel since 2013, AMD since 2015) runs the
   same kernels then. The default of the planted benchmark: its builds (``sagerl planted build``), every
   study run on a planted model and ``sagerl train`` / ``sagerl eval`` of one (a 0.1 M-parameter model:
   the cap costs little, ``benchmarks/kernels_cost.py``).
@@ -56,11 +57,13 @@ CANONICAL_ENV: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    "MKL_CBWR": "AVX2",
+    "MKL_CBWR": "COMPATIBLE",
     "SAGERL_DTYPE": "float32",
 }
-"""The environment of the canonical mode: each kernel library torch's CPU wheel links, capped at AVX2 (MKL in
-its Conditional Numerical Reproducibility mode; OpenBLAS, which some builds link instead, has none), and
+"""The environment of the canonical mode: each kernel library torch's CPU wheel links, capped at AVX2, MKL in
+its Conditional Numerical Reproducibility mode on the ``COMPATIBLE`` branch (SSE2: the one branch besides
+``AUTO`` that MKL runs on non-Intel CPUs, so Intel and AMD CPUs run the same MKL code; its ``AVX2`` branch
+falls back to ``AUTO``, AMD's own kernels, there; OpenBLAS, which some builds link instead, has no such mode), and
 ``dtype: auto`` resolved to float32 (:mod:`sagerl.precision`: bfloat16 would be emulated under the cap, and
 is not reproducible across CPUs)."""
 

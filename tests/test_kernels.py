@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 
 FINGERPRINT = {
-    "reference": "c9f116482ba0b7f9b073251f8f237e71e8034ab4a48e8878e58f43ce6345728f",
-    "grpo": "a037d454a249dbf81d534d2f229c1ff1043789da70b784b2076d7edb6562377a",
-    "pkpo": "725e6bd65ebe95a7161b922a63daf2cfeebf237b8df098b84814421243733231",
+    "reference": "62b2a42af86d65408dded69d83afa12132d2d6d72f98b9427ef45a4043dfc4cf",
+    "grpo": "203a7fc07d774f1f9976a652202a4ebd43ca9c8f21c8ca3f74733a12b63fab0d",
+    "pkpo": "961064532e9331889a39cde93aa7842b52f7d8ea3a02a7826c11fa8555d75588",
     "samples": "78a9802e9471bbcf80a47a607c3205ab69e4c67b033f4247ee516993bf789826",
 }
 """SHA-256s of the fingerprint run under canonical kernels (:func:`fingerprint_run`): the short reference
 build's ``model.safetensors``, the GRPO- and PKPO-trained ``model.safetensors`` and the evaluation's samples.
 Native kernels on the same Intel Xeon gave other weights (reference ``b2efc449...``, grpo ``33c7782e...``, pkpo
-``164efc65...``) and the same samples: the weights are what tells kernels apart."""
+``164efc65...``), and so did MKL's AVX2 branch (``MKL_CBWR=AVX2``: ``c9f11648...``, ``a037d454...``,
+``725e6bd6...``), all with the same samples: the weights are what tells kernels apart."""
 
 MATCHED_ON = [
     "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
@@ -102,7 +103,7 @@ def test_the_canonical_environment_caps_every_library_and_fixes_threads():
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-        "MKL_CBWR": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",
         "SAGERL_DTYPE": "float32",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
@@ -296,8 +297,8 @@ def test_the_fingerprint_run_gives_the_recorded_bytes_on_this_cpu(tmp_path):
         pytest.xfail(f"{kind} is known to give other bytes under canonical kernels: {KNOWN_DIFFERENT[kind]}")
     assert got == FINGERPRINT, (
         f"the canonical fingerprint differs on {kind} (matched on: {'; '.join(MATCHED_ON)}); find what differs "
-        "(a kernel the cap misses, a library path) and fix it, or record the kind in KNOWN_DIFFERENT with the "
-        f"evidence. Got: {got}"
+        "(a kernel the cap misses, a library path: torch.__config__.show(), MKL_VERBOSE=1) and fix it, or record "
+        f"the kind in KNOWN_DIFFERENT with the evidence. Got: {got}"
     )
 
 
