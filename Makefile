@@ -67,15 +67,15 @@ demo: setup
 	$(BIN)/python -m sagerl.demo
 
 # The environments are built side by side (their installs wait on the network and the disk more than on the
-# CPU), then the suites run one after another.
+# CPU); the main suite runs on both cores (pytest-xdist, one torch thread per worker: tests/conftest.py); then
+# vLLM's suite (8-9 min, most of it engine starts) beside verl's suite (under a minute) and the documentation
+# check (about 2 min), each one's output printed whole when it ends.
 test:
 	$(MAKE) --no-print-directory -j4 setup setup-verl setup-vllm setup-browser
 	$(BIN)/ruff check sagerl tests benchmarks constraints studies
 	$(MAKE) --no-print-directory ranges
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
-	$(MAKE) --no-print-directory test-verl
-	$(MAKE) --no-print-directory test-vllm
-	$(MAKE) --no-print-directory docs-check
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-vllm test-verl docs-check
 
 # The verl plugin's CPU tests, in .venv-verl (the main suite skips them: verl is not installed in .venv).
 test-verl: setup-verl
