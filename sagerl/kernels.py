@@ -11,9 +11,10 @@ Two modes (:data:`MODES`):
   (``MKL_ENABLE_INSTRUCTIONS=AVX2``) and MKL's Conditional Numerical Reproducibility mode on the one code
   path it runs on Intel and AMD CPUs alike (``MKL_CBWR=COMPATIBLE``), with ``dtype: auto`` meaning float32
   (``SAGERL_DTYPE=float32``). Every x86-64 CPU with AVX2 and FMA (Intel since 2013, AMD since 2015) runs the
-  same kernels then. The default of the planted benchmark: its builds (``sagerl planted build``), every
-  study run on a planted model and ``sagerl train`` / ``sagerl eval`` of one (a 0.1 M-parameter model:
-  the cap costs little, ``benchmarks/kernels_cost.py``).
+  same kernels then (checked so far on an Intel Xeon with AMX only: ``docs/planted.md``). The default of
+  the planted benchmark: its builds (``sagerl planted build``), every study run on a planted model and
+  ``sagerl train`` / ``sagerl eval`` of one (a 0.1 M-parameter model: the cap costs little,
+  ``benchmarks/kernels_cost.py``).
 - ``native``: sagerl sets nothing; torch runs the kernels it picks for the CPU (and the environment's caps,
   if the user exported any). The default for real LMs, where bfloat16 and the fastest kernels are the point.
 
@@ -253,8 +254,8 @@ def cpu_kind(record: Mapping[str, object]) -> str:
 CANONICAL_BUILDS: dict[str, dict[str, Any]] = {
     "reference/1": {
         "files": {
-            "model.safetensors": "a88d5b0ed8eeb1d1a07e4764c31825f32615bcb1777a41ef2ebb4abb5a0418ed",
-            "planted.json": "46b4171dd80556ad81edfa61ba477003daa4d2c113c08fdf9d956a8944f0c989",
+            "model.safetensors": "5442f8a1bae7ec8fc0b45affd85e1a4beb24567fcb559abdb3f7b9fe0df8be9d",
+            "planted.json": "866be85e4ea1db38b5e59b4ea7b7746d0b880d20dcfe8f2d8094c49685ddc813",
         },
         "cpu": "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
     },
