@@ -96,12 +96,15 @@ def check_mode(mode: object, where: str = "--kernels") -> str:
     return str(mode)
 
 
+PLANTED_PREFIX = "planted-"
+"""What the names of the shipped planted models begin with (:data:`sagerl.tasks.planted_model.PREFIX` is this
+constant; kept here so that choosing a mode, which happens before torch loads, imports no task code)."""
+
+
 def default_mode(model: str | None) -> str:
     """The mode of a run of ``model`` when none is given: ``canonical`` for a planted model (a name
     ``planted-...``), ``native`` for everything else (a real LM)."""
-    from sagerl.tasks.planted_model import PREFIX
-
-    return CANONICAL if model is not None and str(model).startswith(PREFIX) else NATIVE
+    return CANONICAL if model is not None and str(model).startswith(PLANTED_PREFIX) else NATIVE
 
 
 def cpu_flags() -> set[str] | None:

@@ -42,6 +42,7 @@ from sagerl.atomic_files import atomic_write_text, build_folder
 from sagerl.char_lm import CharLMConfig, Example, Phase, train_char_lm
 from sagerl.determinism import deterministic, machine_record
 from sagerl.errors import ModelLoadError
+from sagerl.kernels import PLANTED_PREFIX
 from sagerl.random_state import preserved_rng
 from sagerl.tasks.planted import (
     REFERENCE_MIX,
@@ -74,7 +75,8 @@ SHIPPED_DIR = Path(__file__).with_name("planted_models")
 MANIFEST_FILE = "manifest.json"
 DEFAULT_BUILD = "b1"
 """The build that ``planted-<role>`` without a build names."""
-PREFIX = "planted-"
+PREFIX = PLANTED_PREFIX
+"""What every shipped planted model's name begins with."""
 
 
 def _trace_seeds(build_seed: int) -> tuple[int, int, int]:
