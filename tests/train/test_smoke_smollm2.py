@@ -74,5 +74,9 @@ def test_list_presets(capsys):
         "ucb-mean",
         "ucb-con",
         "outcome-batch",
+        "maxpo",
+        "maxpo-anneal",
+        "simko",
+        "flowrl",
         "METHOD+GUIDE",
     ]
