@@ -12,8 +12,8 @@
 
 The task is the real-LM study's (docs/real-lm.md): the base model solves about a quarter of its samples, so most
 groups of 8 rollouts are mixed and every training step has a gradient; the learning rate and the step count are
-the pilot's (lr 2e-5, 24 steps of 1 prompt x 8 rollouts took pass@1 from 22% to 40-50% in every seed of the
-study). Rollouts prefill each prompt once for its 8 rows (``share_generation_prefix``).
+the pilot's (lr 2e-5, 24 steps of 1 prompt x 8 rollouts: in the study every method's mean pass@1 over 3 seeds
+went from 22% to 40-50%). Rollouts prefill each prompt once for its 8 rows (``share_generation_prefix``).
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. ``--steps``,
 ``--problems`` and ``-n`` trade time for precision.
