@@ -85,6 +85,20 @@ class ImportedEval:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def read_json_file(path: Path) -> Any:
+    """The parsed JSON of an evaluation file another tool wrote.
+
+    Raises:
+        DataError: the file cannot be read, or is not valid JSON (one line naming the file).
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+
+
 def folder_name(*parts: object) -> str:
     """A folder name from ``parts`` joined by ``-``, with every character other than letters, digits, ``.``,
     ``_`` and ``-`` replaced by ``_`` (``"sage/branch", "step200"`` -> ``sage_branch-step200``)."""

@@ -32,7 +32,6 @@ Tested against files lighteval 0.13.0 wrote (tests/interop/data/lighteval/, READ
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -48,6 +47,7 @@ from sagerl.interop.imported import (
     folder_name,
     map_datasets,
     parse_dataset_map,
+    read_json_file,
     write_imported,
 )
 
@@ -88,12 +88,7 @@ def _task_dataset(task: str) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    data = read_json_file(path)
     if not isinstance(data, dict) or not {"config_general", "results"} <= set(data):
         hint = ""
         if isinstance(data, dict) and "per_seed_records" in data:

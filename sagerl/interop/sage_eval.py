@@ -29,7 +29,6 @@ same samples, which pooling would count twice.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
@@ -43,6 +42,7 @@ from sagerl.interop.imported import (
     folder_name,
     map_datasets,
     parse_dataset_map,
+    read_json_file,
     write_imported,
 )
 
@@ -61,12 +61,7 @@ def _where(path: Path, rec: dict[str, Any]) -> str:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    data = read_json_file(path)
     if not isinstance(data, dict) or "per_seed_records" not in data or "k" not in data:
         hint = ""
         if isinstance(data, dict) and {"config_general", "results"} <= set(data):
