@@ -972,6 +972,41 @@ class SAGETrainer(GRPOTrainer):
         self._log_loss_metrics(mode, mask, entropies, out, q, logps, ref_logps)
         return loss
 
+    def _vocabulary_forward(
+        self,
+        loss_name,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        compute_aux_loss,
+        extra,
+        **forward_kwargs,
+    ):
+        """One plain forward pass of the policy for a loss that reads the whole next-token distribution (SimKO,
+        FlowRL): ``(output, log-probs (B, T, V), the sampled tokens' log-probs (B, T), entropies (B, T))`` over the
+        T = ``logits_to_keep`` completion positions, at the sampling temperature, in float32 (nats).
+
+        Raises:
+            ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
+        """
+        if compute_aux_loss or any(value is not None for value in extra.values()):
+            raise ConfigError(
+                f"policy_loss='{loss_name}' supports text-only models without an MoE auxiliary loss"
+            )
+        with self.accelerator.autocast():
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_to_keep=logits_to_keep + 1,
+                **forward_kwargs,
+            )
+        logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
+        logprobs = torch.log_softmax(logits, dim=-1)
+        logps = logprobs.gather(-1, input_ids[:, -logits_to_keep:].unsqueeze(-1)).squeeze(-1)
+        entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
+        return out, logprobs, logps, entropies
+
     def _simko_forward(
         self,
         model,
@@ -994,17 +1029,10 @@ class SAGETrainer(GRPOTrainer):
         Raises:
             ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
         """
-        if compute_aux_loss or any(value is not None for value in kwargs.values()):
-            raise ConfigError("policy_loss='simko' supports text-only models without an MoE auxiliary loss")
-        with self.accelerator.autocast():
-            logits = model(
-                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1
-            ).logits
-        logits = logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
-        logprobs = torch.log_softmax(logits, dim=-1)
+        _, logprobs, logps, entropies = self._vocabulary_forward(
+            "simko", model, input_ids, attention_mask, logits_to_keep, compute_aux_loss, kwargs
+        )
         completion_ids = input_ids[:, -logits_to_keep:]
-        logps = logprobs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
-        entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
         top = logprobs.detach().topk(self.args.simko_top_k, dim=-1).indices
         topk_logp = logprobs.gather(-1, top)
         self._simko_inputs = {
@@ -1033,19 +1061,16 @@ class SAGETrainer(GRPOTrainer):
         Raises:
             ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
         """
-        if compute_aux_loss or any(value is not None for value in kwargs.values()):
-            raise ConfigError("policy_loss='flowrl' supports text-only models without an MoE auxiliary loss")
-        with self.accelerator.autocast():
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                logits_to_keep=logits_to_keep + 1,
-                output_hidden_states=True,
-            )
-        logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
-        logprobs = torch.log_softmax(logits, dim=-1)
-        logps = logprobs.gather(-1, input_ids[:, -logits_to_keep:].unsqueeze(-1)).squeeze(-1)
-        entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
+        out, _, logps, entropies = self._vocabulary_forward(
+            "flowrl",
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_aux_loss,
+            kwargs,
+            output_hidden_states=True,
+        )
         prompt_len = input_ids.size(1) - logits_to_keep
         head = self.accelerator.unwrap_model(model).flowrl_log_z
         hidden = out.hidden_states[-1][:, :prompt_len]
