@@ -1,7 +1,7 @@
-"""Size the decisive SmolLM2 study from the pilot study's variance (issue 36, docs/real-lm.md#sizing-the-decisive-study).
+"""Size the decisive SmolLM2 study from the variance of studies/smollm2.yaml's 15 runs (issue 36; docs/real-lm.md).
 
 Reads the 15 runs of ``studies/results/smollm2.tar.gz`` straight from the archive (nothing is extracted, no
-torch) and prints three markdown tables:
+torch) and prints two markdown tables and the decisive study's estimated time:
 
 1. **Seeds.** For every cell and metric of the study's paired comparison (each cell against GRPO's run of the
    same seed, :func:`sagerl.study.statistics.paired_differences`): the mean paired difference, the standard
@@ -25,7 +25,7 @@ torch) and prints three markdown tables:
    run whose ``cell.json`` records a resume, as docs/real-lm.md says); and each run's training extended to
    :data:`LONG_STEPS` steps at the mean step time of its last 8 steps (:func:`extended_train_time`), with
    its evaluation on twice the problems (2 × its time): what one run of the decisive study would take on the
-   pilot study's machine.
+   15-run study's machine.
 
 Usage: ``python studies/smollm2_sizing.py [--archive studies/results/smollm2.tar.gz]``
 """
@@ -327,7 +327,7 @@ def training_table(runs: dict[tuple[str, int], Run]) -> str:
 
 
 def run_times(runs: dict[tuple[str, int], Run]) -> list[float]:
-    """One decisive-study run's estimated time (s) from each timed pilot-study run: its training extended to
+    """One decisive-study run's estimated time (s) from each timed 15-run-study run: its training extended to
     :data:`LONG_STEPS` steps plus twice its evaluation."""
     return sorted(
         extended_train_time(r) + 2 * r.eval_s for key, r in runs.items() if key not in SKIPPED_TIMES
