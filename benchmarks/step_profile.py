@@ -26,7 +26,8 @@ row during sampling).
 
 Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32-nogen,float32]
 [--rounds 2]`` (``-noshare``: TRL's forward passes, neither prefix shared; ``-nogen``: the log-prob passes
-shared, the rollouts' prefill not; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
+shared, the rollouts' prefill not; ``-static``: ``rollout_decoder='static'``, sagerl's lean decode loop
+(``sagerl.train.static_decoder``) instead of transformers' ``generate``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
 x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
 warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
 ``-spgN`` the mean over its steps (only one step in N samples); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
@@ -84,6 +85,20 @@ def copy_bandwidth(seconds: float = 1.0) -> float:
     return 2 * a.numel() * 4 * n / (time.perf_counter() - start) / 1e9
 
 
+def read_bandwidth(seconds: float = 1.0) -> float:
+    """Measured GB/s of reading a 512 MiB float32 tensor (its sum) with the process's threads: what a decode
+    step does with the weights (the copy figure counts a write too, which a decode step does not do)."""
+    import torch
+
+    a = torch.ones(128 * 1024 * 1024)
+    a.sum()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a.sum()
+        n += 1
+    return a.numel() * 4 * n / (time.perf_counter() - start) / 1e9
+
+
 def child(variant: str, steps: int, out: str) -> dict:
     """Train ``steps`` demo steps of ``variant`` in this process; return per-step part times and token counts.
     ``variant``: a dtype, alone (the demo's configuration with ``share_prompt_prefix`` and ``share_generation_prefix``
@@ -100,11 +115,13 @@ def child(variant: str, steps: int, out: str) -> dict:
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
     spg = int(option[3:]) if option.startswith("spg") and option[3:].isdigit() else 1
-    if option not in ("", "nogen", "noshare") and spg == 1 and option != "spg1":
-        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen, -noshare or -spgN")
+    if option not in ("", "nogen", "noshare", "static") and spg == 1 and option != "spg1":
+        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen, -noshare, -static or -spgN")
     overrides["share_prompt_prefix"] = option != "noshare"
     overrides["share_generation_prefix"] = option not in ("nogen", "noshare")
     overrides["steps_per_generation"] = spg
+    if option == "static":
+        overrides["rollout_decoder"] = "static"
     overrides.update(save_strategy="no", report_to="none")
     resolved = resolve_config(PRESET, overrides)
     args = build_trainer_config(resolved, out)
@@ -156,6 +173,15 @@ def child(variant: str, steps: int, out: str) -> dict:
         model.forward = wrapper
 
     counted(trainer.model)
+    from sagerl.train.static_decoder import StaticDecoder
+
+    static_step = StaticDecoder.step
+
+    def counted_step(self, *a, **k):  # the static decoder's steps do not go through the model's forward
+        counts[f"{part[0]} decode steps"] += 1
+        return static_step(self, *a, **k)
+
+    StaticDecoder.step = counted_step
     if trainer.ref_model is not None:
         counted(trainer.ref_model)
     trainer._generate = timed(lambda *a, **k: "sampling", trainer._generate)
@@ -200,6 +226,7 @@ def child(variant: str, steps: int, out: str) -> dict:
         "spg": spg,
         "weight_bytes": weight_bytes,
         "bandwidth": copy_bandwidth(),
+        "read_bandwidth": read_bandwidth(),
         "peak_bf16": matmul_peak("bfloat16"),
         "peak_fp32": matmul_peak("float32"),
     }
@@ -228,8 +255,8 @@ def main() -> None:
     parser.add_argument(
         "--dtypes",
         default="float32,bfloat16",
-        help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off) or -noshare "
-        "(share_prompt_prefix off too: TRL's forward passes)",
+        help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off), -noshare "
+        "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static') or -spgN",
     )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
     args = parser.parse_args()
@@ -254,7 +281,7 @@ def main() -> None:
     from sagerl.models import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model(None))
-    medians = {}
+    medians, samplings = {}, {}
     for dtype, results in runs.items():
         spg = results[0].get("spg", 1)
         steps = [
@@ -297,10 +324,20 @@ def main() -> None:
                 f"sampling: {decode:.0f} decode steps per step ({decode / sampling:.1f}/s); the bandwidth bound "
                 f"{bound:.2f} s ({bandwidth / weight_gb:.0f} decode steps/s): sampling at {bound / sampling:.0%} of it"
             )
+            if "read_bandwidth" in results[0]:
+                read = statistics.median(r["read_bandwidth"] for r in results)
+                bound = decode * weight_gb / read
+                print(
+                    f"  against the read bandwidth ({read:.1f} GB/s, a sum over 512 MiB): bound {bound:.2f} s "
+                    f"({read / weight_gb:.0f} decode steps/s): sampling at {bound / sampling:.0%} of it"
+                )
+        samplings[dtype] = sampling
         print(f"token positions per step (mean over the measured steps): {dict(summed)}")
     base = dtypes[0]
     for variant in dtypes[1:]:
         print(f"step time {base} / {variant}: {medians[base] / medians[variant]:.2f}x")
+        if samplings.get(variant):
+            print(f"sampling time {base} / {variant}: {samplings[base] / samplings[variant]:.2f}x")
 
 
 if __name__ == "__main__":

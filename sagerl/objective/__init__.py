@@ -8,6 +8,7 @@ arXiv 2605.18864), and the papers cited in each module.
 from sagerl.objective._checks import Range, check_number
 from sagerl.objective.advantages import beta_parameters, bnpo_advantages, dr_grpo_advantages, grpo_advantages
 from sagerl.objective.aggregation import LOSS_AGG_MODES, aggregate_loss
+from sagerl.objective.apo import apo_surrogate, safe_manifold_logp
 from sagerl.objective.covariance import clip_cov_surrogate, kl_cov_surrogate, token_covariance
 from sagerl.objective.dapo import dynamic_sampling_mask, overlong_penalty, zero_advantage_mask
 from sagerl.objective.divergences import KL_ESTIMATORS, forward_kl, shaped_kl
@@ -101,6 +102,7 @@ __all__ = [
     "StepSchedule",
     "SurrogateOutput",
     "aggregate_loss",
+    "apo_surrogate",
     "batch_penalty",
     "beta_parameters",
     "bnpo_advantages",
@@ -143,6 +145,7 @@ __all__ = [
     "prompt_weight",
     "random_guide",
     "rs_grpo_advantages",
+    "safe_manifold_logp",
     "sage_loss",
     "shaped_kl",
     "simko_surrogate",

@@ -1,7 +1,7 @@
 """The policy term by name: the clipped surrogate and TRL's alternative loss types
 (:mod:`sagerl.objective.surrogate`: GSPO, CISPO, SAPO, VESPO), the covariance variants
-(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov), SimKO (:mod:`sagerl.objective.simko`) and FlowRL
-(:mod:`sagerl.objective.flowrl`).
+(:mod:`sagerl.objective.covariance`: Clip-Cov, KL-Cov), SimKO (:mod:`sagerl.objective.simko`), FlowRL
+(:mod:`sagerl.objective.flowrl`) and APO (:mod:`sagerl.objective.apo`).
 
 Every entry of :data:`POLICY_LOSSES` has the signature ``fn(logp, old_logp, advantages, mask, *, epsilon_low,
 epsilon_high, delta, **params) -> SurrogateOutput`` with (B, T) tensors, and changes the policy-gradient term
@@ -15,6 +15,9 @@ from collections.abc import Callable
 import torch
 
 from sagerl.objective._checks import Setting
+from sagerl.objective.apo import INPUTS as APO_INPUTS
+from sagerl.objective.apo import SETTINGS as APO_SETTINGS
+from sagerl.objective.apo import apo_surrogate
 from sagerl.objective.covariance import (
     CLIP_COV_SETTINGS,
     KL_COV_SETTINGS,
@@ -46,6 +49,7 @@ __all__ = [
     "POLICY_LOSS_INPUTS",
     "POLICY_LOSS_SETTINGS",
     "SurrogateOutput",
+    "apo_surrogate",
     "cispo_surrogate",
     "clip_surrogate",
     "clipped_surrogate",
@@ -69,6 +73,7 @@ POLICY_LOSSES: dict[str, Callable[..., SurrogateOutput]] = {
     "kl_cov": kl_cov_surrogate,
     "simko": simko_surrogate,
     "flowrl": flowrl_surrogate,
+    "apo": apo_surrogate,
 }
 """name -> policy term (see the module docstring; ``sage_loss(policy_loss=...)``)."""
 POLICY_LOSS_SETTINGS: dict[str, tuple[Setting, ...]] = {
@@ -76,11 +81,16 @@ POLICY_LOSS_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "kl_cov": KL_COV_SETTINGS,
     "simko": SIMKO_SETTINGS,
     "flowrl": FLOWRL_SETTINGS,
+    "apo": APO_SETTINGS,
 }
 """name -> the settings its module declares (keywords of that term; the engines' config fields of the same
 names). The TRL loss types' own parameters (CISPO's ratio bound, SAPO's temperatures, VESPO's) are TRL's fields,
 mapped by ``SAGEConfig.resolved_policy_loss_params``."""
-POLICY_LOSS_INPUTS: dict[str, tuple[str, ...]] = {"simko": SIMKO_INPUTS, "flowrl": FLOWRL_INPUTS}
+POLICY_LOSS_INPUTS: dict[str, tuple[str, ...]] = {
+    "simko": SIMKO_INPUTS,
+    "flowrl": FLOWRL_INPUTS,
+    "apo": APO_INPUTS,
+}
 """name -> the per-token inputs beyond PPO's that an engine computes and passes with the term's settings."""
 
 

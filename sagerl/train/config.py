@@ -42,6 +42,9 @@ from sagerl.objective.registry import (
 )
 from sagerl.objective.schedules import SCHEDULES
 
+ROLLOUT_DECODERS = ("transformers", "static")
+"""What samples the rollouts (``SAGEConfig.rollout_decoder``)."""
+
 # TRL loss types the adapter reproduces, and the aggregation each one means.
 LOSS_TYPE_TO_AGG_MODE = {
     "grpo": "seq-mean-token-mean",
@@ -367,6 +370,17 @@ class SAGEConfig(GRPOConfig):
             "reproduce; transformers' generate only (not vLLM), text only, the default dynamic cache."
         },
     )
+    rollout_decoder: str = field(
+        default="transformers",
+        metadata={
+            "help": "What samples the rollouts when transformers would: 'transformers' (its generate) or 'static' "
+            "(sagerl.train.static_decoder: a static KV cache, fused and pre-packed weights, inverse-CDF sampling; "
+            "Llama-family models on the CPU, TRL's sampling settings; each prompt prefilled once). The same "
+            "distribution (logits equal to the model's up to float rounding), other draws for the same seed: off "
+            "by default so runs recorded before it reproduce. Where it does not apply (another model type, vLLM, "
+            "a GPU, a generation keyword it lacks) the run says why once and uses transformers'."
+        },
+    )
     partition: str = field(
         default="answer",
         metadata={
@@ -439,6 +453,7 @@ class SAGEConfig(GRPOConfig):
             "kl_placement": KL_PLACEMENTS,
             "passk_k_schedule": SCHEDULES,
             "partition": PARTITIONS,
+            "rollout_decoder": ROLLOUT_DECODERS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -65,6 +65,7 @@ def list_presets() -> dict[str, str]:
         "maxpo-anneal",
         "simko",
         "flowrl",
+        "apo",
     ]
     names.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
     return {n: _read(n).get("description", "") for n in names}

@@ -33,6 +33,7 @@ upgrade changes them.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
@@ -301,12 +302,73 @@ class SAGETrainer(GRPOTrainer):
         return self._generate_rollouts(*args, **kwargs)
 
     def _generate_rollouts(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-        """TRL's rollout, or, with ``share_generation_prefix``, :meth:`_generate_with_shared_prefix`."""
+        """TRL's rollout; with ``rollout_decoder='static'`` :meth:`_generate_static`; with
+        ``share_generation_prefix``, :meth:`_generate_with_shared_prefix`."""
+        if self._static_decoder_applies(images, multimodal_fields):
+            return self._generate_static(prompt_ids)
         if self._shares_generation_prefix(prompt_ids, images, multimodal_fields):
             return self._generate_with_shared_prefix(prompt_ids)
         return super()._generate_single_turn(
             prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
         )
+
+    def _static_decoder_applies(self, images, multimodal_fields) -> bool:
+        """Whether ``rollout_decoder='static'`` can sample this rollout; says once why not when it cannot."""
+        if self.args.rollout_decoder != "static":
+            return False
+        from sagerl.train.static_decoder import unsupported_reason
+
+        reason = None
+        if self.use_vllm:
+            reason = "the rollouts come from vLLM"
+        elif getattr(self, "use_transformers_continuous_batching", False):
+            reason = "continuous batching is on"
+        elif images or multimodal_fields:
+            reason = "the prompts are not text only"
+        else:
+            reason = unsupported_reason(self.accelerator.unwrap_model(self.model), self.generation_kwargs)
+        if reason is not None and not getattr(self, "_static_decoder_warned", False):
+            self._static_decoder_warned = True
+            warnings.warn(
+                f"rollout_decoder='static' does not apply ({reason}): transformers' generate samples the rollouts",
+                stacklevel=2,
+            )
+        return reason is None
+
+    def _generate_static(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], None]:
+        """Rollouts by :class:`sagerl.train.static_decoder.StaticDecoder` from the current policy's weights (a
+        snapshot per rollout), in bfloat16 where the rollout runs under bfloat16 autocast (``bf16`` on a CPU),
+        else in the model's dtype. Returns TRL's ``(completion_ids, None)``, as :meth:`_generate_with_shared_prefix`."""
+        from trl.models import unwrap_model_for_generation
+
+        from sagerl.train.static_decoder import StaticDecoder
+
+        kw = self.generation_kwargs
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=kw,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+        ):
+            dtype = next(model.parameters()).dtype
+            if torch.is_autocast_enabled("cpu"):
+                dtype = torch.get_autocast_dtype("cpu")
+            decoder = StaticDecoder(model, dtype=dtype, rows=len(prompt_ids))
+            eos = kw["eos_token_id"]
+            completions = decoder.generate(
+                prompt_ids,
+                max_new_tokens=kw["max_new_tokens"],
+                eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
+                pad_token_id=kw["pad_token_id"],
+                temperature=kw.get("temperature") or 1.0,
+                top_k=kw.get("top_k"),
+                top_p=kw.get("top_p"),
+            )
+        return completions, None
 
     def _shares_generation_prefix(self, prompt_ids, images, multimodal_fields) -> bool:
         """Whether this rollout can prefill each distinct prompt once: ``share_generation_prefix``, transformers'

@@ -116,6 +116,17 @@ VALID_CALLS: dict[str, dict] = {
         epsilon_high=0.3,
         delta=2.0,
     ),
+    "apo_surrogate": dict(
+        logp=LOGP,
+        old_logp=LOGP + 0.1,
+        advantages=ADV,
+        mask=MASK,
+        manifold_logp=torch.stack([LOGP, LOGP - 1], dim=-1),
+        old_manifold_logp=torch.stack([LOGP, LOGP - 1], dim=-1) + 0.1,
+        apo_top_k=2,
+        epsilon_high=0.3,
+        delta=2.0,
+    ),
     "simko_surrogate": dict(
         logp=LOGP,
         old_logp=LOGP + 0.1,

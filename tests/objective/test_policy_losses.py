@@ -34,7 +34,7 @@ def leaf():
 
 
 def test_registry_names():
-    names = {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov", "simko", "flowrl"}
+    names = {"clip", "gspo", "cispo", "sapo", "vespo", "clip_cov", "kl_cov", "simko", "flowrl", "apo"}
     assert set(POLICY_LOSSES) == names
 
 
@@ -114,6 +114,9 @@ def test_the_anchor_is_the_same_on_top_of_every_surrogate(name, placement):
             topk_logp=topk, old_topk_logp=topk + 0.05, entropy=-LOGP, is_top1=LOGP > -1.0,
             correct=ADV > 0, simko_top_k=2, simko_tau=0.5, simko_mix=0.3,
         )  # fmt: skip
+    if name == "apo":  # APO's (issue 38): the log-probs of the reference's top-2 tokens under π_θ and π_old
+        manifold = torch.stack([LOGP - 0.3, LOGP - 1.2], dim=-1)
+        inputs = dict(manifold_logp=manifold, old_manifold_logp=manifold + 0.1, apo_top_k=2, apo_lambda=1.5)
     if name == "flowrl" and placement == "reward":
         pytest.skip("FlowRL takes one advantage per completion: the KL-to-go's per-token ones are refused")
     if name == "flowrl":  # FlowRL's: log Z(x) and the reference log-probs (issue 38)

@@ -117,6 +117,7 @@ EXPECTED = {
     "maxpo-anneal": ("none", 0.05, "reverse", "maxpo", "seq-mean-token-mean", 0.2, False, 0),
     "simko": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
     "flowrl": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
+    "apo": ("none", 0.05, "reverse", "grpo", "seq-mean-token-mean", 0.2, False, 0),
 }
 METHOD_KEYS = {
     # the papers' settings (sagerl's where a paper leaves a choice: passk_k), and DAPO's refill rounds
@@ -158,6 +159,7 @@ METHOD_KEYS = {
         "simko_neg_scale": 1.1,
     },
     "flowrl": {"policy_loss": "flowrl", "flowrl_beta": 15.0},
+    "apo": {"policy_loss": "apo", "apo_lambda": 1.0, "apo_beta": 0.1, "apo_top_k": 5},  # sagerl's choices
     "dapo": {"max_num_gen_batches": 10},
     "dapo+branch": {"max_num_gen_batches": 10},
 }
@@ -224,6 +226,7 @@ def test_overrides_are_parsed_and_typed(tmp_path):
         "maxpo",
         "maxpo-anneal",
         "simko",
+        "apo",
     ],
 )
 def test_every_method_composes_with_the_branch_guide(method, tmp_path):

@@ -1,6 +1,6 @@
 """Issue 38's presets train on the planted task: a few optimizer steps of the shipped planted reference (a 0.1 M
 model, seconds on a CPU), read back from metrics.jsonl; the annealed preset's K follows its schedule to 1, SimKO
-acts on a share of the tokens."""
+and APO act on a share of the tokens."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def _run(preset: str, overrides: dict, tmp_path) -> tuple[list[dict], dict, dict
         ("maxpo-anneal", {"max_steps": 3, "passk_k": 3}, [3.0, 2.0, 1.0]),
         ("simko", {"max_steps": 2, "simko_mix": 0.1}, None),
         ("flowrl", {"max_steps": 2}, None),
+        ("apo", {"max_steps": 2, "apo_beta": 1.0}, None),
     ],
 )
 def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_path):
@@ -56,6 +57,9 @@ def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_pa
     # SimKO: the share of tokens it acted on (the high-entropy tokens of its correct or negative rows)
     if preset == "simko":
         assert all(0 < r["covariance/token_share"] < 0.5 for r in rows)
+    if preset == "apo":  # the Safe Manifold's mass, and the share of tokens pushed and pulled (negative advantage)
+        assert all(0 < r["apo/manifold_mass"] <= 1 and 0 < r["apo/ref_topk_mass"] <= 1 for r in rows)
+        assert all(0 < r["covariance/token_share"] < 1 for r in rows)
     if preset == "flowrl":  # the log Z head is saved with the policy, and the policy loads without it
         from transformers import AutoModelForCausalLM
 

@@ -78,5 +78,6 @@ def test_list_presets(capsys):
         "maxpo-anneal",
         "simko",
         "flowrl",
+        "apo",
         "METHOD+GUIDE",
     ]

@@ -41,6 +41,8 @@ VERL_REFUSED_TERMS = {
     "return (it gives the sampled tokens' log-probs and the entropies)",
     "flowrl": "FlowRL trains a log Z head on the prompt's hidden states, which verl's actor forward does not return "
     "and its optimizer does not hold",
+    "apo": "APO reads the reference model's top-K tokens at every position and the policy's log-probs of them, which "
+    "verl's reference and actor forwards do not return (they give the sampled tokens' log-probs)",
 }
 """sagerl's policy terms the plugin refuses at start-up, with the reason (issue 38)."""
 

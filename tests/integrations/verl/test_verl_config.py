@@ -99,6 +99,10 @@ def test_plain_grpo_is_untouched():
             "policy_term='simko' is not available in verl: SimKO reads the log-probs of the top-K tokens",
         ),
         ("policy_term:flowrl", "policy_term='flowrl' is not available in verl: FlowRL trains a log Z head"),
+        (  # APO reads the reference's top-K tokens, which verl's reference worker does not return
+            "policy_term:apo",
+            "policy_term='apo' is not available in verl: APO reads the reference model's top-K tokens",
+        ),
     ],
 )
 def test_bad_sage_fields_fail_in_the_driver(fields, message):

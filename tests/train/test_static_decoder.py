@@ -1,0 +1,197 @@
+"""``rollout_decoder='static'``: the lean decode loop samples from the model's own distribution.
+
+Checked against transformers: the log-probs of every decode step equal the model's forward pass on the same
+tokens (float32, left-padded prompts, grouped-query attention, tied and untied heads, q/k/v biases), the sampling
+warpers keep the tokens transformers' keep and draw with the softmax's frequencies, completions are cut after
+the first end-of-sequence token, and the trainer uses it (or says once why not)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_trainer_loss import GROUP, make_trainer
+
+import sagerl.train.static_decoder as static
+from sagerl.errors import ConfigError
+from sagerl.train.config import SAGEConfig
+from sagerl.train.static_decoder import StaticDecoder, sample_token, unsupported_reason
+
+
+def _model(kind: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+    )
+    if kind == "qwen2":  # q/k/v biases, untied head
+        model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False))
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                torch.nn.init.normal_(proj.bias, std=0.3)
+        return model.eval()
+    return LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True, rope_theta=1000.0)).eval()
+
+
+PROMPTS = [[5, 17, 3, 44, 9, 61, 2], [8, 30, 12]]  # different lengths: the second row is left-padded
+
+
+def _forced_logps(decoder, prompt, completion, monkeypatch):
+    """The decoder's log-probs (n, V) of each step while it is made to emit ``completion``."""
+    forced, seen = iter(completion), []
+
+    def emit(logits, *args, **kwargs):
+        seen.append(logits.log_softmax(-1))
+        return torch.tensor([next(forced)] * logits.size(0))
+
+    monkeypatch.setattr(static, "sample_token", emit)
+    decoder.generate(prompt, max_new_tokens=len(completion), eos_token_ids=[-1], pad_token_id=0)
+    return torch.stack(seen)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_decode_steps_give_the_models_log_probs(kind, monkeypatch):
+    model = _model(kind)
+    completion = [7, 70, 33, 33, 1, 90, 14, 52, 3, 3, 61]
+    width = max(map(len, PROMPTS))
+    for prompt in PROMPTS:
+        rows = [prompt, PROMPTS[0]]  # padded to the longer prompt whichever row
+        pad = width - len(prompt)
+        got = _forced_logps(StaticDecoder(model), rows, completion, monkeypatch)[:, 0]
+        ids = torch.tensor([[0] * pad + prompt + completion])
+        mask = torch.tensor([[0] * pad + [1] * (len(prompt) + len(completion))])
+        with torch.no_grad():
+            want = model(input_ids=ids, attention_mask=mask).logits[0].float().log_softmax(-1)
+        want = want[width - 1 : width - 1 + len(completion)]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+        assert float((want[1:] - want[:-1]).abs().max()) > 0.5  # the steps differ: a real check
+
+
+def test_bfloat16_decode_is_the_model_under_bfloat16_autocast(monkeypatch):
+    model = _model("llama")
+    completion = [7, 70, 33, 1, 90, 14]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = _forced_logps(StaticDecoder(model, dtype=torch.bfloat16), [PROMPTS[0]], completion, monkeypatch)
+        with torch.no_grad():
+            want = model(input_ids=torch.tensor([PROMPTS[0] + completion])).logits[0].float().log_softmax(-1)
+    want = want[len(PROMPTS[0]) - 1 : len(PROMPTS[0]) - 1 + len(completion)]
+    full = _forced_logps(StaticDecoder(model), [PROMPTS[0]], completion, monkeypatch)[:, 0]
+    # transformers under autocast is itself bfloat16 rounding away from float32 (0.47 nats here, peaky logits):
+    # the decoder in bfloat16 is closer to it than that, and no farther from float32 than it is
+    rounding = float((full - want).abs().max())
+    assert float((got[:, 0] - want).abs().max()) < rounding
+    assert float((got[:, 0] - full).abs().max()) < 1.5 * rounding
+    assert 1e-3 < rounding < 1.0
+
+
+def test_sampler_keeps_transformers_tokens_and_draws_the_softmax():
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 2
+    for k, p in [(5, None), (None, 0.7), (10, 0.5)]:
+        want = logits.clone()
+        if k:
+            want = TopKLogitsWarper(k)(None, want)
+        if p:
+            want = TopPLogitsWarper(p)(None, want)
+        kept = torch.isfinite(want)
+        draws = torch.stack([sample_token(logits, 1.0, k, p) for _ in range(300)], 1)
+        assert bool(kept.gather(1, draws).all())  # only kept tokens are drawn
+        if k and not p:
+            assert kept.sum(1).tolist() == [5, 5, 5]
+    # frequencies: 20,000 draws of one row at temperature 0.5 against the softmax, within 5 standard errors
+    generator = torch.Generator().manual_seed(1)
+    row = torch.tensor([[1.0, 0.0, -1.0, 2.0, 0.5]])
+    draws = torch.cat([sample_token(row.expand(1000, -1), 0.5, generator=generator) for _ in range(20)])
+    freq = torch.bincount(draws, minlength=5).double() / draws.numel()
+    prob = (row[0] / 0.5).softmax(-1).double()
+    se = (prob * (1 - prob) / draws.numel()).sqrt()
+    assert bool(((freq - prob).abs() < 5 * se).all()), (freq, prob)
+
+
+def test_completions_stop_after_the_first_end_token_and_prompts_prefill_once(monkeypatch):
+    model = _model("llama")
+    script = iter([[4, 9], [5, 2], [2, 6], [8, 8], [3, 3]])  # rows 0 and 1 emit 2 (end) at steps 2 and 1
+
+    def emit(logits, *args, **kwargs):
+        return torch.tensor(next(script))
+
+    monkeypatch.setattr(static, "sample_token", emit)
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(
+        model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
+    )
+    out = StaticDecoder(model).generate(
+        [PROMPTS[0], PROMPTS[0]], max_new_tokens=8, eos_token_ids=[2], pad_token_id=0
+    )
+    assert out == [[4, 5, 2], [9, 2]]  # cut after the end token, kept; generation stops when all rows ended
+    assert calls == [torch.Size([1, len(PROMPTS[0])])]  # one prefill of the one distinct prompt
+    monkeypatch.setattr(static, "sample_token", lambda logits, *a, **k: torch.tensor([1, 1]))
+    out = StaticDecoder(model).generate(
+        [PROMPTS[1], PROMPTS[1]], max_new_tokens=3, eos_token_ids=[2], pad_token_id=0
+    )
+    assert out == [[1, 1, 1], [1, 1, 1]]  # no end token: max_new_tokens
+
+
+def test_unsupported_models_and_settings_are_named():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    assert unsupported_reason(_model("llama"), {"temperature": 0.9, "top_p": 1.0, "top_k": 0}) is None
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    assert "model_type 'gpt2'" in unsupported_reason(gpt2, {})
+    assert "repetition penalty" in unsupported_reason(_model("llama"), {"repetition_penalty": 1.2})
+    assert "['num_beams']" in unsupported_reason(_model("llama"), {"num_beams": 2})
+    with pytest.raises(ValueError, match="does not support this model: model_type 'gpt2'"):
+        StaticDecoder(gpt2)
+
+
+def test_trainer_samples_with_it_and_falls_back_once_with_the_reason(tiny_model, tmp_path):
+    trainer, _ = make_trainer(tiny_model, tmp_path, max_completion_length=6, rollout_decoder="static")
+    prompts = [trainer.processing_class("What is 2 + 3?")["input_ids"]] * GROUP
+    used = []
+    generate = StaticDecoder.generate
+
+    def spy(self, *a, **k):
+        used.append(self.dtype)
+        return generate(self, *a, **k)
+
+    StaticDecoder.generate = spy
+    try:
+        completions, logps = trainer._generate_single_turn(prompts, None, {}, GROUP)
+        assert used == [torch.float32] and logps is None
+        assert len(completions) == GROUP and all(1 <= len(c) <= 6 for c in completions)
+        trainer.generation_kwargs = {**trainer.generation_kwargs, "repetition_penalty": 1.3}
+        with pytest.warns(UserWarning, match=r"does not apply \(a repetition penalty\)"):
+            trainer._generate_single_turn(prompts, None, {}, GROUP)
+        trainer._generate_single_turn(
+            prompts, None, {}, GROUP
+        )  # warned once: no second warning asserted below
+        assert used == [torch.float32]  # transformers' generate took both
+    finally:
+        StaticDecoder.generate = generate
+
+
+def test_trains_two_steps_with_static_rollouts(tiny_model, tmp_path):
+    trainer, reward = make_trainer(
+        tiny_model, tmp_path, max_completion_length=6, rollout_decoder="static", max_steps=2
+    )
+    trainer.state.max_steps = 2
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
+    assert reward.calls  # the reward saw the static decoder's completions
+
+
+def test_an_unknown_decoder_is_refused():
+    with pytest.raises(ConfigError, match="rollout_decoder='fast' is not one of transformers, static"):
+        SAGEConfig(output_dir="/tmp/x", rollout_decoder="fast", report_to="none", bf16=False)
