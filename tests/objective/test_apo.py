@@ -220,7 +220,9 @@ def test_bad_settings_fail_in_one_line_naming_the_field(setting, value, message)
 
 def test_bad_shapes_fail():
     with pytest.raises(ValueError, match=r"must be \(B, T, K\) = \(2, 3, 3\), got \(2, 3, 2\)"):
-        apo_surrogate(LOGP, OLD, ADV, MASK, manifold_logp=MANIFOLD, old_manifold_logp=OLD_MANIFOLD, apo_top_k=3)
+        apo_surrogate(
+            LOGP, OLD, ADV, MASK, manifold_logp=MANIFOLD, old_manifold_logp=OLD_MANIFOLD, apo_top_k=3
+        )
     with pytest.raises(ValueError, match="shape mismatch"):
         apo_surrogate(
             LOGP, OLD[:, :2], ADV, MASK, manifold_logp=MANIFOLD, old_manifold_logp=OLD_MANIFOLD, apo_top_k=2
@@ -232,4 +234,8 @@ def test_bad_shapes_fail():
 
 
 def test_the_settings_match_the_function():
-    assert [(s.name, s.default) for s in SETTINGS] == [("apo_lambda", 1.0), ("apo_beta", 0.1), ("apo_top_k", 5)]
+    assert [(s.name, s.default) for s in SETTINGS] == [
+        ("apo_lambda", 1.0),
+        ("apo_beta", 0.1),
+        ("apo_top_k", 5),
+    ]

@@ -34,7 +34,8 @@ def test_apo_reads_the_reference_top_k_from_the_one_reference_pass(tiny_model, t
     inputs = rollout(trainer)
     hook.remove()
     rows = inputs["completion_ids"].shape[0]
-    assert len(calls) == -(-rows // args.per_device_train_batch_size)  # one pass over the rows, in TRL's chunks
+    chunks = -(-rows // args.per_device_train_batch_size)
+    assert len(calls) == chunks  # one pass over the rows, in TRL's chunks
     assert inputs["ref_topk_ids"].shape == (*inputs["completion_ids"].shape, K)
 
     from transformers import AutoModelForCausalLM
@@ -79,7 +80,11 @@ def test_apo_reads_the_reference_top_k_from_the_one_reference_pass(tiny_model, t
     trained = torch.cat([grads[n].flatten() for n in sorted(grads)])
     assert (trained - apo).norm() / apo.norm() < 5e-3
     # APO's gradient is not PPO's (the push λ and the pull towards the reference's top-K)
-    logp = _plain(policy, inputs, args.temperature).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    logp = (
+        _plain(policy, inputs, args.temperature)
+        .gather(-1, inputs["completion_ids"].unsqueeze(-1))
+        .squeeze(-1)
+    )
     sage_loss(logp, None, ref_logp, advantages, fmask, log_q=q.log(), beta=args.beta).loss.backward()
     ppo = _flat(policy, grads)
     assert (ppo - apo).norm() / apo.norm() > 0.05
@@ -101,15 +106,25 @@ def test_apo_top_k_above_the_vocabulary_fails(tiny_model, tmp_path):
 
 
 BASE = dict(
-    output_dir="/tmp/unused", num_generations=GROUP, per_device_train_batch_size=GROUP, use_cpu=True, beta=0.05
+    output_dir="/tmp/unused",
+    num_generations=GROUP,
+    per_device_train_batch_size=GROUP,
+    use_cpu=True,
+    beta=0.05,
 )
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(policy_loss="apo", beta=0.0), "policy_loss='apo' reads the reference model's top-K tokens .* set beta > 0"),
-        (dict(policy_loss="apo", steps_per_generation=2), "policy_loss='apo' reads π_old's log-probs .* on-policy"),
+        (
+            dict(policy_loss="apo", beta=0.0),
+            "policy_loss='apo' reads the reference model's top-K tokens .* set beta > 0",
+        ),
+        (
+            dict(policy_loss="apo", steps_per_generation=2),
+            "policy_loss='apo' reads π_old's log-probs .* on-policy",
+        ),
         (dict(policy_loss="apo", num_iterations=2), "train on-policy"),
         (
             dict(policy_loss="apo", dynamic_sampling=True, max_num_gen_batches=4),

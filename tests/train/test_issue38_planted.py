@@ -57,7 +57,8 @@ def test_issue38_presets_train_on_the_planted_task(preset, overrides, ks, tmp_pa
     # SimKO: the share of tokens it acted on (the high-entropy tokens of its correct or negative rows)
     if preset == "simko":
         assert all(0 < r["covariance/token_share"] < 0.5 for r in rows)
-    if preset == "apo":  # the Safe Manifold's mass, and the share of tokens pushed and pulled (negative advantage)
+    # APO: the Safe Manifold's mass, and the share of tokens pushed and pulled (a negative advantage)
+    if preset == "apo":
         assert all(0 < r["apo/manifold_mass"] <= 1 and 0 < r["apo/ref_topk_mass"] <= 1 for r in rows)
         assert all(0 < r["covariance/token_share"] < 1 for r in rows)
     if preset == "flowrl":  # the log Z head is saved with the policy, and the policy loads without it
