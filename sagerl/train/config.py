@@ -576,6 +576,8 @@ class SAGEConfig(GRPOConfig):
                 "policy_loss='simko' reads the top-K log-probs of π_old, which TRL's π_old pass does not compute: "
                 "train on-policy (gradient_accumulation_steps a multiple of steps_per_generation x num_iterations)"
             )
+        if self.resolved_policy_loss == "apo":
+            self._check_apo()
         if estimator in BINARY_ADVANTAGES and self.resolved_overlong_buffer_len > 0:
             raise ConfigError(
                 f"advantage_estimator={estimator!r} needs binary rewards; overlong shaping makes them negative"
@@ -616,6 +618,26 @@ class SAGEConfig(GRPOConfig):
         if self.use_vllm:
             raise ConfigError(
                 "policy_loss='flowrl' trains a log Z head that vLLM's weight sync does not know: unset use_vllm"
+            )
+
+    def _check_apo(self) -> None:
+        """APO reads the reference model's top-K tokens from the reference forward pass and π_old's log-probs of them
+        (one line each, naming the setting to change)."""
+        if self.beta == 0.0:
+            raise ConfigError(
+                "policy_loss='apo' reads the reference model's top-K tokens from the reference forward pass, which TRL "
+                "runs only with beta > 0 (the KL anchor's coefficient; APO's pull is apo_beta): set beta > 0"
+            )
+        if not self.is_on_policy:
+            raise ConfigError(
+                "policy_loss='apo' reads π_old's log-probs of the reference's top-K tokens, which TRL's π_old pass does "
+                "not compute: train on-policy (gradient_accumulation_steps a multiple of steps_per_generation x "
+                "num_iterations)"
+            )
+        if self.dynamic_sampling and self.max_num_gen_batches != 1:
+            raise ConfigError(
+                "policy_loss='apo' reads the reference's top-K tokens of each rollout, which DAPO's refill does not keep "
+                "across rounds: set max_num_gen_batches=1 (dynamic sampling without refill)"
             )
 
     def _check_passk_k_schedule(self, group: int) -> None:

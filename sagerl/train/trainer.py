@@ -10,7 +10,7 @@ replaces four hooks and nothing else:
   DAPO's dynamic-sampling keep-mask, the global token and sequence counts that normalise the loss, and,
   when the guide reads the reference policy, the reference entropies.
 - ``_get_per_token_logps_and_entropies``: only to keep the reference entropies of the reference forward
-  pass that TRL already runs (no extra forward pass).
+  pass that TRL already runs (no extra forward pass), and for APO the reference's top-K tokens of that same pass.
 - ``_compute_loss``: the policy forward pass (TRL's fused LM head gives log-probs *and* entropies at once),
   the guide q, then :func:`sagerl.objective.sage_loss`.
 
@@ -63,6 +63,7 @@ from sagerl.objective import (
     ucb_bonus,
     zero_advantage_mask,
 )
+from sagerl.objective.apo import safe_manifold_logp
 from sagerl.objective.flowrl import LogPartitionHead
 from sagerl.objective.multi_reward import normalize_then_sum_advantages
 from sagerl.tasks.planted import NO_STRATEGY, read_strategy
@@ -198,6 +199,9 @@ class SAGETrainer(GRPOTrainer):
             head = LogPartitionHead(policy.config.get_text_config().hidden_size)
             policy.flowrl_log_z = head.to(device=policy.device, dtype=policy.dtype)
 
+        self._wants_ref_topk = args.resolved_policy_loss == "apo"
+        if self._wants_ref_topk:
+            self._check_apo_reference(args)
         self._wants_ref_entropy = args.guide != "none" and args.guide_entropy_source == "reference"
         if self._wants_ref_entropy:
             from transformers import PreTrainedModel
@@ -218,6 +222,7 @@ class SAGETrainer(GRPOTrainer):
         self._guide_schedule = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
         self._ref_entropies: torch.Tensor | None = None
+        self._ref_topk: tuple[torch.Tensor, torch.Tensor] | None = None
         self._scored_completions: list[str] | None = None
         self._k_schedule = None
         self._final_answer = final_answer or _default_final_answer
@@ -244,6 +249,24 @@ class SAGETrainer(GRPOTrainer):
                 f"needs a planted training set (rows of kind 'planted'; got kinds {sorted(kinds) or 'none'}); use "
                 "partition='answer' or 'lexical'"
             )
+
+    def _check_apo_reference(self, args: SAGEConfig) -> None:
+        """APO's Safe Manifold comes from a separate reference model's forward pass (TRL's, with ``beta > 0``), whose
+        vocabulary holds at least ``apo_top_k`` tokens.
+
+        Raises:
+            ConfigError: no separate reference model (a PEFT adapter's disabled base), or K above its vocabulary.
+        """
+        from transformers import PreTrainedModel
+
+        if not isinstance(self.ref_model, PreTrainedModel):
+            raise ConfigError(
+                "policy_loss='apo' reads the reference's top-K tokens from a separate, unwrapped reference model (not "
+                "PEFT, DeepSpeed or FSDP)"
+            )
+        vocab = self.ref_model.config.get_text_config().vocab_size
+        if args.apo_top_k > vocab:
+            raise ConfigError(f"apo_top_k={args.apo_top_k} must be at most the vocabulary size {vocab}")
 
     def _load_teacher(self, args: SAGEConfig):
         """The teacher guide's model: loaded once, frozen, on the policy's device and dtype.
@@ -471,9 +494,14 @@ class SAGETrainer(GRPOTrainer):
     ):
         wants_ref_entropy = self._wants_ref_entropy and model is self.ref_model
         compute = compute_entropy or wants_ref_entropy
-        shared = self._shared_prefix_logps(
-            model, input_ids, attention_mask, logits_to_keep, batch_size, compute, kwargs
-        )
+        if self._wants_ref_topk and model is self.ref_model:  # APO: the Safe Manifold, from this same pass
+            shared = self._reference_topk_forward(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, kwargs
+            )
+        else:
+            shared = self._shared_prefix_logps(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute, kwargs
+            )
         if shared is not None:
             logps, entropies, aux = shared
         else:
@@ -562,16 +590,57 @@ class SAGETrainer(GRPOTrainer):
                 entropies.append(out.entropy[:, -logits_to_keep:])
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
+    def _reference_topk_forward(self, model, input_ids, attention_mask, logits_to_keep, batch_size, kwargs):
+        """The reference forward pass TRL runs (``beta > 0``), for APO: the same pass as a plain forward over the
+        vocabulary (TRL's fused LM head returns no top-K), in chunks of ``batch_size`` rows, under no gradient. Returns
+        TRL's (log-probs (B, T), entropies (B, T), None) of the T = ``logits_to_keep`` completion tokens at the sampling
+        temperature, float32, nats, and keeps in ``_ref_topk`` the reference's ``apo_top_k`` most likely token ids at
+        each position (B, T, K) and their probabilities (B, T, K): APO's Safe Manifold.
+
+        Raises:
+            ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
+        """
+        if any(value is not None for value in kwargs.values() if value is not False):
+            raise ConfigError("policy_loss='apo' supports text-only models without an MoE auxiliary loss")
+        rows = input_ids.size(0)
+        batch_size = batch_size or rows
+        logps, entropies, ids, probs = [], [], [], []
+        with torch.no_grad():
+            for start in range(0, rows, batch_size):
+                end = min(start + batch_size, rows)
+                with self.accelerator.autocast():
+                    out = model(
+                        input_ids=input_ids[start:end],
+                        attention_mask=attention_mask[start:end],
+                        logits_to_keep=logits_to_keep + 1,
+                    )
+                logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
+                logprobs = torch.log_softmax(logits, dim=-1)
+                completion = input_ids[start:end, -logits_to_keep:]
+                logps.append(logprobs.gather(-1, completion.unsqueeze(-1)).squeeze(-1))
+                entropies.append(-(logprobs.exp() * logprobs).sum(dim=-1))
+                top = logprobs.topk(self.args.apo_top_k, dim=-1)
+                ids.append(top.indices)
+                probs.append(top.values.exp())
+        self._ref_topk = (torch.cat(ids), torch.cat(probs))
+        return torch.cat(logps), torch.cat(entropies), None
+
     def _rollout(self, inputs) -> dict:
         """One round of TRL's rollout, with this process's rewards per function (``sage_rewards_per_func``,
-        (B, F)) and, when the guide reads the reference, the reference entropies (``ref_entropies``)."""
+        (B, F)), when the guide reads the reference, the reference entropies (``ref_entropies``), and for APO the
+        reference's top-K token ids and probabilities (``ref_topk_ids``, ``ref_topk_probs``, (B, T, K))."""
         self._ref_entropies = None
+        self._ref_topk = None
         output = super()._generate_and_score_completions(inputs)
         local = output["completion_ids"].shape[0]
         start = self.accelerator.process_index * local
         output["sage_rewards_per_func"] = self._gathered_rewards_per_func[start : start + local]
         if self._wants_ref_entropy and self._ref_entropies is not None:
             output["ref_entropies"] = self._ref_entropies
+        if self._wants_ref_topk:
+            if self._ref_topk is None:
+                raise ConfigError("policy_loss='apo' needs the reference forward pass, which TRL ran no more")
+            output["ref_topk_ids"], output["ref_topk_probs"] = self._ref_topk
         output["sage_texts"] = (self._scored_completions, list(inputs))  # this process's rows, popped below
         return output
 
@@ -954,9 +1023,13 @@ class SAGETrainer(GRPOTrainer):
         if "sage_keep" in inputs:
             mask = mask * inputs["sage_keep"].unsqueeze(1)
 
-        forward = {"simko": self._simko_forward, "flowrl": self._flowrl_forward}.get(
-            self.args.resolved_policy_loss
-        )
+        forward = {
+            "simko": self._simko_forward,
+            "flowrl": self._flowrl_forward,
+            "apo": self._apo_forward,
+        }.get(self.args.resolved_policy_loss)
+        if self.args.resolved_policy_loss == "apo":  # the reference's top-K ids, read by _apo_forward
+            self._apo_ref_topk_ids = inputs["ref_topk_ids"]
         logps, entropies, aux_loss = (forward or self._get_per_token_logps_and_entropies)(
             model,
             input_ids,
@@ -994,6 +1067,10 @@ class SAGETrainer(GRPOTrainer):
             policy_params = {**policy_params, **self._simko_inputs, "correct": inputs["sage_correct"].bool()}
         if policy_loss == "flowrl":  # log Z(x) from the forward pass above, and TRL's reference log-probs
             policy_params = {**policy_params, "log_z": self._flowrl_log_z, "ref_logp": ref_logps}
+        if policy_loss == "apo":  # the Safe Manifold's log-probs, from the forward pass above
+            manifold = {name: self._apo_inputs[name] for name in ("manifold_logp", "old_manifold_logp")}
+            policy_params = {**policy_params, **manifold}
+            self._apo_inputs["ref_topk_mass"] = inputs["ref_topk_probs"].sum(dim=-1)
         entropy_mask = self._entropy_mask(entropies, mask)
         importance = self._surrogate_weights(inputs, logps, mask, importance, entropy_mask)
         out = sage_loss(
@@ -1103,6 +1180,31 @@ class SAGETrainer(GRPOTrainer):
             "entropy": entropies.detach(),
             "is_top1": completion_ids == top[..., 0],
         }
+        return logps, entropies, None
+
+    def _apo_forward(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        compute_entropy=True,
+        compute_aux_loss=False,
+        **kwargs,
+    ):
+        """The policy's forward pass of the loss for APO: the sampled tokens' log-probs and the entropies, and from the
+        same logits the log-probs of the reference's top-K tokens at each position (the Safe Manifold, with gradient;
+        kept in ``_apo_inputs``). On-policy training only (``SAGEConfig`` refuses the others): π_old is this pass's
+        policy, so its log-probs of the manifold are these values, detached.
+
+        Raises:
+            ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
+        """
+        _, logprobs, logps, entropies = self._vocabulary_forward(
+            "apo", model, input_ids, attention_mask, logits_to_keep, compute_aux_loss, kwargs
+        )
+        manifold = safe_manifold_logp(logprobs, self._apo_ref_topk_ids)
+        self._apo_inputs = {"manifold_logp": manifold, "old_manifold_logp": manifold.detach()}
         return logps, entropies, None
 
     def _flowrl_forward(
@@ -1237,6 +1339,10 @@ class SAGETrainer(GRPOTrainer):
         )
         if surrogate.covariance_masked is not None:
             m["covariance/token_share"].append(global_mean(surrogate.covariance_masked.float()))
+        if self.args.resolved_policy_loss == "apo":  # the Safe Manifold's mass: the policy's, the reference's
+            mass = torch.logsumexp(self._apo_inputs["manifold_logp"].detach(), dim=-1).exp()
+            m["apo/manifold_mass"].append(global_mean(mass))
+            m["apo/ref_topk_mass"].append(global_mean(self._apo_inputs["ref_topk_mass"]))
         if q is not None:
             m["q/mean"].append(global_mean(q))
             m["q/frac_above_1"].append(global_mean((q > 1.0).float()))
