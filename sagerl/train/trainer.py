@@ -639,7 +639,9 @@ class SAGETrainer(GRPOTrainer):
             output["ref_entropies"] = self._ref_entropies
         if self._wants_ref_topk:
             if self._ref_topk is None:
-                raise ConfigError("policy_loss='apo' needs the reference forward pass, which TRL ran no more")
+                raise ConfigError(
+                    "policy_loss='apo' found no reference forward pass in this rollout (TRL runs it only with beta > 0)"
+                )
             output["ref_topk_ids"], output["ref_topk_probs"] = self._ref_topk
         output["sage_texts"] = (self._scored_completions, list(inputs))  # this process's rows, popped below
         return output
