@@ -69,3 +69,58 @@ BASE = dict(output_dir="/tmp/unused", num_generations=GROUP, per_device_train_ba
 def test_bad_flowrl_settings_fail_at_config_time(overrides, message):
     with pytest.raises(ConfigError, match=message):
         SAGEConfig(**{**BASE, "policy_loss": "flowrl", "beta": 0.05, **overrides})
+
+
+def _train_flowrl(tiny_model, out, max_steps, resume=None):
+    from datasets import Dataset
+    from test_trainer_loss import RecordingReward
+
+    from sagerl.train import SAGETrainer
+
+    args = SAGEConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=2 * GROUP,
+        num_generations=GROUP,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        beta=0.05,
+        report_to="none",
+        seed=3,
+        max_steps=max_steps,
+        save_steps=1,
+        bf16=False,
+        use_cpu=True,
+        policy_loss="flowrl",
+        flowrl_beta=2.0,
+        loss_type="grpo",
+        disable_tqdm=True,
+    )
+    dataset = Dataset.from_dict(
+        {"prompt": [f"What is {a} + {a + 1}?" for a in range(8)], "answer": [str(2 * a + 1) for a in range(8)]}
+    )
+    trainer = SAGETrainer(model=str(tiny_model), reward_funcs=[RecordingReward()], args=args, train_dataset=dataset)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def test_the_log_z_head_is_saved_and_resumed_exactly(tiny_model, tmp_path):
+    """A FlowRL run stopped after step 2 and resumed from its checkpoint ends with the policy and the log Z head of
+    a run that was never interrupted: the head is in the checkpoint's weights, and the resumed run loads it
+    (not a freshly initialised head)."""
+    from safetensors import safe_open
+
+    straight = _train_flowrl(tiny_model, tmp_path / "straight", 3)
+    _train_flowrl(tiny_model, tmp_path / "split", 2)
+    with safe_open(str(tmp_path / "split" / "checkpoint-2" / "model.safetensors"), "pt") as f:
+        head_keys = [k for k in f.keys() if k.startswith("flowrl_log_z.")]
+    assert head_keys, "the checkpoint has no log Z head"
+    resumed = _train_flowrl(tiny_model, tmp_path / "split", 3, resume=str(tmp_path / "split" / "checkpoint-2"))
+    fresh = _train_flowrl(tiny_model, tmp_path / "fresh", 1)
+    got = dict(resumed.model.named_parameters())
+    for name, want in straight.model.named_parameters():
+        assert torch.equal(got[name], want), name
+    head = [n for n in got if n.startswith("flowrl_log_z.")]
+    assert len(head) == len(head_keys)
+    moved = dict(fresh.model.named_parameters())
+    assert any(not torch.equal(got[n], moved[n]) for n in head)  # 3 steps moved it past 1 step's: a real check
