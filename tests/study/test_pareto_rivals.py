@@ -3,7 +3,8 @@ studies/pareto-rivals.yaml (its 156 runs' configs, machine records and eval resu
 ``study.json`` of each setting; no weights, no samples: those are 300 MB). Every number of docs/methods.md's
 rivals table is read from the page and must equal the archived aggregate; the aggregate's summaries must follow
 from its per-run values by the study's own pooling; and what the page says of it must hold (nothing dominates
-annealed PKPO; SimKO, FlowRL and APO keep no more rare problems than GRPO)."""
+annealed PKPO; SimKO, FlowRL and APO keep no more rare problems than GRPO). The confirmation on seeds 2-4
+(studies/results/pareto-rivals-confirm.tar.gz) is checked the same way against its own table."""
 
 from __future__ import annotations
 
@@ -19,15 +20,17 @@ from sagerl.study.table import _summary
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "studies" / "pareto-rivals.yaml"
 ARCHIVE = ROOT / "studies" / "results" / "pareto-rivals.tar.gz"
+CONFIRM = ROOT / "studies" / "results" / "pareto-rivals-confirm.tar.gz"
 HEADER = "| cell | rare2: rare solved (of 64) |"
+CONFIRM_HEADER = "| cell (seeds 2–4) | rare2: rare solved (of 64) |"
 ALIASES = {"simko": "simko@steps_per_generation=1", "apo": "apo@steps_per_generation=1"}
 WINNER = "pkpo-anneal@cosine"
 
 
-def page_rows() -> dict[str, list[str]]:
-    """The rivals table of docs/methods.md: cell name -> its 8 cells of text."""
+def page_rows(header: str = HEADER) -> dict[str, list[str]]:
+    """A rivals table of docs/methods.md (the one under ``header``): cell name -> its 8 cells of text."""
     lines = (ROOT / "docs" / "methods.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = {}
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
@@ -49,14 +52,23 @@ def shown(entry: dict | None, scale: float, signed: bool = False) -> str:
     return f"{fmt.format(mean)} [{fmt.format(ci[0] * scale)}, {fmt.format(ci[1] * scale)}]"
 
 
+def unpack(archive_path: Path, name: str, tmp: Path) -> dict[str, dict]:
+    """Each setting's aggregate ``study.json`` of the archived study folder ``study-<name>``."""
+    with tarfile.open(archive_path) as archive:
+        archive.extractall(tmp, filter="data")
+    out = tmp / f"study-{name}"
+    assert (out / "rare2" / "study.yaml").read_text().startswith(f"name: {name}-rare2\n")
+    return {s: json.loads((out / s / "study.json").read_text()) for s in ("rare2", "rare10")}
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rivals")
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(tmp, filter="data")
-    out = tmp / "study-pareto-rivals"
-    assert (out / "rare2" / "study.yaml").read_text().startswith("name: pareto-rivals")
-    return {s: json.loads((out / s / "study.json").read_text()) for s in ("rare2", "rare10")}
+    return unpack(ARCHIVE, "pareto-rivals", tmp_path_factory.mktemp("rivals"))
+
+
+@pytest.fixture(scope="module")
+def confirm(tmp_path_factory):
+    return unpack(CONFIRM, "pareto-rivals-confirm", tmp_path_factory.mktemp("confirm"))
 
 
 def test_the_archive_rebuilds_the_rivals_table_of_docs_methods(study):
@@ -115,3 +127,27 @@ def test_the_summaries_follow_from_the_per_run_values(study):
             assert diff["values"] == pytest.approx(want) and diff["mean"] == pytest.approx(
                 sum(want) / len(want)
             )
+
+
+def test_the_confirmation_archive_rebuilds_its_table_and_every_run_used_canonical_kernels(confirm):
+    rows = page_rows(CONFIRM_HEADER)
+    assert set(rows) == set(confirm["rare2"]["cells"]) and len(rows) == 3
+    for cell, row in rows.items():
+        want = []
+        for setting in ("rare2", "rare10"):
+            data = confirm[setting]
+            summary, vs = data["cells"][cell]["summary"], data["paired"]["cells"][cell]
+            assert data["paired"]["baseline"] == WINNER
+            for key, scale in (("solved/planted_rare", 1), ("pass@1/planted_common", 100)):
+                want += [shown(summary[key], scale), "—" if cell == WINNER else shown(vs[key], scale, signed=True)]
+        assert row == want, cell
+    for setting, data in confirm.items():
+        assert [m["machine"]["kernel_mode"] for m in data["run_machines"]] == ["canonical"], setting
+        for cell, entry in data["cells"].items():
+            assert len(entry["per_seed"]) == 9 and not entry["failed"], (setting, cell)
+            assert {s.split("/")[1] for s in entry["per_seed"]} == {"2", "3", "4"}
+        # What the page says: all three on the frontier, none dominated; each anchor pays common pass@1 (CI < 0).
+        for cell, point in data["pareto"]["cells"].items():
+            assert point["on_frontier"] and not point["dominated_by"], (setting, cell)
+            if cell != WINNER:
+                assert data["paired"]["cells"][cell]["pass@1/planted_common"]["ci"][1] < 0, (setting, cell)
