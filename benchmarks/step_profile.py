@@ -27,7 +27,7 @@ row during sampling).
 Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32-nogen,float32]
 [--rounds 2]`` (``-noshare``: TRL's forward passes, neither prefix shared; ``-nogen``: the log-prob passes
 shared, the rollouts' prefill not; ``-static``: ``rollout_decoder='static'``, sagerl's lean decode loop
-(``sagerl.train.static_decoder``) instead of transformers' ``generate``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
+(``sagerl.eval.static_decoder``) instead of transformers' ``generate``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
 x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
 warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
 ``-spgN`` the mean over its steps (only one step in N samples); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
@@ -173,7 +173,7 @@ def child(variant: str, steps: int, out: str) -> dict:
         model.forward = wrapper
 
     counted(trainer.model)
-    from sagerl.train.static_decoder import StaticDecoder
+    from sagerl.eval.static_decoder import StaticDecoder
 
     static_step = StaticDecoder.step
 

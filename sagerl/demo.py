@@ -13,7 +13,10 @@
 The task is the real-LM study's (docs/real-lm.md): the base model solves about a quarter of its samples, so most
 groups of 8 rollouts are mixed and every training step has a gradient; the learning rate and the step count are
 the pilot's (lr 2e-5, 24 steps of 1 prompt x 8 rollouts: in the study every method's mean pass@1 over 3 seeds
-went from 22% to 40-50%). Rollouts prefill each prompt once for its 8 rows (``share_generation_prefix``).
+went from 22% to 40-50%). Rollouts prefill each prompt once for its 8 rows (``share_generation_prefix``) and are
+decoded by sagerl's static loop (``rollout_decoder: static``); both evaluations sample with the ``static`` backend
+(:class:`sagerl.eval.static_sampler.StaticSampler`: the hf backend's draws by the same loop). Where the loop does
+not apply (a GPU, another model family) training says why once and uses transformers' ``generate``.
 
 Everything goes to ``runs/demo`` (``--out``); rerunning resumes every stage where it stopped. ``--steps``,
 ``--problems`` and ``-n`` trade time for precision.
@@ -56,12 +59,21 @@ COMPLETIONS_PER_STEP = 8
 prompt (``num_generations``) that is 1 prompt x 8 rollouts; the README states the same (a test checks)."""
 
 
+def eval_backend() -> str:
+    """The evaluations' sampler: ``static`` on a CPU (:mod:`sagerl.eval.static_sampler`; ``hf`` draws the same
+    samples up to float rounding, 1.1-1.6x slower: docs/performance.md), ``hf`` where torch sees a GPU."""
+    import torch
+
+    return "hf" if torch.cuda.is_available() else "static"
+
+
 def train_overrides(steps: int, max_new_tokens: int, learning_rate: float, progress: bool = True) -> dict:
     """The ``sagerl train`` overrides of the demo's training stage."""
     return {
         "dataset": TRAIN_DATASET,
         "few_shot": FEW_SHOT,
         "share_generation_prefix": True,
+        "rollout_decoder": "static",
         "max_steps": steps,
         "per_device_train_batch_size": COMPLETIONS_PER_STEP,
         "gradient_accumulation_steps": 1,
@@ -106,6 +118,7 @@ class DemoSettings:
             max_new_tokens=self.max_new_tokens,
             temperature=1.0,
             seed=0,
+            backend=eval_backend(),
             progress=self.progress,
         )
 

@@ -512,6 +512,26 @@ def test_cli_eval_smoke_on_two_aime_problems(tiny_model, shared_data, tmp_path, 
     assert "other settings" in capsys.readouterr().err
 
 
+def test_cli_eval_static_backend_writes_the_hf_backends_samples(tiny_model, shared_data, tmp_path, capsys):
+    """``--backend static`` (sagerl's static decode loop): the same completions, token counts and grades as
+    ``--backend hf`` on the same seeds, recorded as the static backend (a resume with the other is refused)."""
+    runs = {}
+    for backend in ("hf", "static"):
+        out = tmp_path / backend
+        argv = ["eval", "--model", str(tiny_model), "--dataset", "aime24", "--limit", "3", "-n", "4"]
+        argv += ["--max-new-tokens", "8", "--backend", backend, "--out", str(out), "--no-progress"]
+        assert cli(*argv) == 0
+        runs[backend] = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+        assert json.loads((out / "results.json").read_text())["meta"]["backend"] == backend
+    keys = ("problem_id", "sample_index", "text", "num_tokens", "finish_reason", "correct")
+    assert len(runs["hf"]) == 12
+    assert [{k: r[k] for k in keys} for r in runs["static"]] == [{k: r[k] for k in keys} for r in runs["hf"]]
+    capsys.readouterr()
+    more = [a if a != "4" else "5" for a in argv[:-4]]  # one more sample a problem, to be drawn by hf
+    assert cli(*more, "hf", "--out", str(tmp_path / "static"), "--no-progress") == 2
+    assert "backend 'static' -> 'hf'" in capsys.readouterr().err
+
+
 def fabricate_run(folder: Path, n: int, values: dict[str, float]) -> Path:
     """A results.json as `sagerl eval` writes it (pass@k = 1 - (1 - v)^k, made-up)."""
     from sagerl.eval.passk import ks_up_to

@@ -1,4 +1,4 @@
-"""Samplers: token sampling, HFSampler against transformers' generate, seeding, the vLLM extra."""
+"""Samplers: token sampling, HFSampler against transformers' generate, seeding, the static backend, the vLLM extra."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from sagerl.errors import ConfigError, SagerlError
 from sagerl.eval.backends import make_sampler
 from sagerl.eval.samplers import HFSampler, sample_next_tokens, sample_seed
+from sagerl.eval.static_sampler import StaticSampler
 from sagerl.eval.vllm_backend import VLLMSampler
 
 
@@ -231,3 +232,51 @@ def test_vllm_sampler_request_plumbing_with_a_fake_vllm(monkeypatch):
     assert seen["add_special_tokens"] is False  # the chat template brings its own special tokens
     greedy = s.generate(["a", "bbb"], 3, max_new_tokens=4, temperature=0.0)
     assert len(seen["requests"]) == 2 and [len(r) for r in greedy] == [3, 3]
+
+
+@pytest.fixture(scope="module")
+def tiny_static(tiny_sampler) -> StaticSampler:
+    """The static backend over the hf fixture's model and tokenizer (the same weights)."""
+    return StaticSampler(None, batch_size=6, model_obj=tiny_sampler.model, tokenizer=tiny_sampler.tokenizer)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (1.0, 1.0), (0.8, 0.9)])
+def test_static_backend_samples_the_hf_backends_completions(tiny_sampler, tiny_static, temperature, top_p):
+    """Same prompts (of two lengths), seeds and draws: the same completions, text and token counts, as the hf
+    backend, with 2 prompts x 5 samples in batches of 6 (a prompt's samples split across batches and a batch
+    holding two prompts' rows, so groups are both dense and not)."""
+    prompts = _prompts(tiny_sampler.tokenizer)
+    kw = {"max_new_tokens": 10, "temperature": temperature, "top_p": top_p, "seed": 3}
+    want = tiny_sampler.generate(prompts, 5, **kw)
+    got = tiny_static.generate(prompts, 5, **kw)
+    assert got == want
+    if temperature > 0:
+        assert len({c.text for row in got for c in row}) > 4  # real, varied samples
+
+
+def test_static_backend_stops_rows_at_the_end_token_as_hf(tiny_sampler, tiny_static, monkeypatch):
+    """Rows that end early leave the batch (the decoder compacts it) while others go on; each completion is the
+    hf backend's, the end token counted and not decoded."""
+    prompts = _prompts(tiny_sampler.tokenizer)
+    kw = {"max_new_tokens": 12, "temperature": 1.0, "seed": 11}
+    free = tiny_sampler.generate(prompts, 3, **kw)
+    ids = tiny_sampler.tokenizer(free[0][0].text, add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(tiny_sampler, "eos_ids", [*tiny_sampler.eos_ids, ids[2]])
+    monkeypatch.setattr(tiny_static, "eos_ids", [*tiny_static.eos_ids, ids[2]])
+    want = tiny_sampler.generate(prompts, 3, **kw)
+    assert want[0][0].finish_reason == "stop" and any(c.finish_reason == "length" for r in want for c in r)
+    assert tiny_static.generate(prompts, 3, **kw) == want
+
+
+def test_static_backend_refuses_a_gpu_and_models_it_cannot_decode(tiny_sampler, tmp_path):
+    with pytest.raises(ConfigError, match="static backend runs on the CPU"):
+        StaticSampler(None, device="cuda", model_obj=tiny_sampler.model, tokenizer=tiny_sampler.tokenizer)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tiny_sampler.tokenizer)))
+    with pytest.raises(
+        ConfigError, match=r"--backend static cannot sample this model: .*\(use --backend hf\)"
+    ):
+        StaticSampler(None, model_obj=gpt2, tokenizer=tiny_sampler.tokenizer)
+    with pytest.raises(ConfigError, match=r"unknown backend 'tgi' \(choose hf, static, vllm\)"):
+        make_sampler("tgi", None)

@@ -1,6 +1,7 @@
-"""The sampling backend by name: ``make_sampler("hf" | "vllm", model)``.
+"""The sampling backend by name: ``make_sampler("hf" | "static" | "vllm", model)``.
 
-:class:`~sagerl.eval.samplers.HFSampler` (transformers) is always there; :class:`~sagerl.eval.vllm_backend.VLLMSampler`
+:class:`~sagerl.eval.samplers.HFSampler` (transformers) and :class:`~sagerl.eval.static_sampler.StaticSampler`
+(its static decode loop, Llama family, CPU) are always there; :class:`~sagerl.eval.vllm_backend.VLLMSampler`
 needs vLLM (``make setup-vllm``) and is imported only when asked for.
 """
 
@@ -10,6 +11,11 @@ from typing import Any
 
 from sagerl.errors import ConfigError
 from sagerl.eval.samplers import HFSampler, Sampler
+from sagerl.eval.static_sampler import StaticSampler
+
+BACKENDS = ("hf", "static", "vllm")
+"""The sampling backends: transformers (``hf``), sagerl's static decode loop over a transformers model on the CPU
+(``static``, Llama family: :class:`~sagerl.eval.static_sampler.StaticSampler`), vLLM (``vllm``)."""
 
 
 def make_sampler(
@@ -21,7 +27,7 @@ def make_sampler(
     seed: int = 0,
     vllm_args: dict[str, Any] | None = None,
 ) -> Sampler:
-    """Build the sampler for ``backend`` (``"hf"`` or ``"vllm"``), loading the model once.
+    """Build the sampler for ``backend`` (``"hf"``, ``"static"`` or ``"vllm"``), loading the model once.
 
     Args:
         vllm_args: extra ``vllm.LLM`` keyword arguments (vllm backend only).
@@ -36,8 +42,12 @@ def make_sampler(
         if vllm_args:
             raise ConfigError("vllm_args (--vllm-arg) are for --backend vllm")
         return HFSampler(model, dtype=dtype, batch_size=batch_size)
+    if backend == "static":
+        if vllm_args:
+            raise ConfigError("vllm_args (--vllm-arg) are for --backend vllm")
+        return StaticSampler(model, dtype=dtype, batch_size=batch_size)
     if backend == "vllm":
         from sagerl.eval.vllm_backend import VLLMSampler
 
         return VLLMSampler(model, dtype=dtype, seed=seed, chunk_size=batch_size, **(vllm_args or {}))
-    raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+    raise ConfigError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")

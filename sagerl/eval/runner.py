@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sagerl.errors import ConfigError, SagerlError
-from sagerl.eval.backends import make_sampler
+from sagerl.eval.backends import BACKENDS, make_sampler
 from sagerl.eval.plots import plot_run
 from sagerl.eval.results import summarize, write_results
 from sagerl.eval.samplers import Sampler, sample_seed
@@ -123,7 +123,8 @@ def evaluate(
         temperature, top_p: sampling parameters (temperature 0 = greedy).
         seed: run seed; sample j of problem p uses a seed derived from (seed, dataset, p.id, j).
         data_dir: folder of the local JSONL files (else ``$SAGERL_DATA_DIR``).
-        backend: ``"hf"`` or ``"vllm"``.
+        backend: ``"hf"``, ``"static"`` (the hf backend's samples by sagerl's static decode loop: Llama family,
+            CPU; :class:`~sagerl.eval.static_sampler.StaticSampler`) or ``"vllm"``.
         batch_size: sequences per generation batch (default: 64 on CPU, 256 on GPU).
         few_shot: few-shot examples in each prompt; None = the dataset's default.
         progress: show a progress bar (stderr).
@@ -158,8 +159,8 @@ def evaluate(
         raise ConfigError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
     if few_shot is not None and few_shot < 0:
         raise ConfigError(f"few_shot must be >= 0, got {few_shot}")
-    if backend not in ("hf", "vllm"):
-        raise ConfigError(f"unknown backend {backend!r} (choose hf or vllm)")
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
     if dtype not in (*DTYPES, "float16"):
         raise ConfigError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}, float16")
     if vllm_args and backend != "vllm":
@@ -264,12 +265,14 @@ def planned_engine(backend: str, dtype: str) -> dict[str, Any]:
         from sagerl.eval.vllm_backend import engine_on_cpu
 
         on_cpu = engine_on_cpu()
+    elif backend == "static":
+        on_cpu = True
     else:
         import torch
 
         on_cpu = not torch.cuda.is_available()
     resolved = dtype
-    if dtype != "float16" and (on_cpu or backend == "hf"):
+    if dtype != "float16" and (on_cpu or backend in ("hf", "static")):
         with warnings.catch_warnings():  # the sampler warns about a slow bfloat16 itself
             warnings.simplefilter("ignore")
             resolved = resolve_dtype(dtype, "cpu" if on_cpu else "cuda")

@@ -77,6 +77,7 @@ from typing import Any
 import yaml
 
 from sagerl.errors import ConfigError, SagerlError
+from sagerl.eval.backends import BACKENDS
 
 TOP_KEYS = {
     "name",
@@ -110,7 +111,7 @@ EVAL_KEYS = {
     "dtype",
     "backend",
 }
-EVAL_BACKENDS = ("hf", "vllm")
+EVAL_BACKENDS = BACKENDS
 NUMERIC_RANGES: dict[str, dict] = {
     "train.steps": dict(low=1, integer=True),
     "seeds": dict(low=0, high=2**32 - 1, integer=True),  # SAGEConfig's seed range (numpy's)

@@ -374,7 +374,7 @@ class SAGEConfig(GRPOConfig):
         default="transformers",
         metadata={
             "help": "What samples the rollouts when transformers would: 'transformers' (its generate) or 'static' "
-            "(sagerl.train.static_decoder: a static KV cache, fused and pre-packed weights, inverse-CDF sampling; "
+            "(sagerl.eval.static_decoder: a static KV cache, fused and pre-packed weights, inverse-CDF sampling; "
             "Llama-family models on the CPU, TRL's sampling settings; each prompt prefilled once). The same "
             "distribution (logits equal to the model's up to float rounding), other draws for the same seed: off "
             "by default so runs recorded before it reproduce. Where it does not apply (another model type, vLLM, "

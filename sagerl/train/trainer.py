@@ -339,7 +339,7 @@ class SAGETrainer(GRPOTrainer):
         """Whether ``rollout_decoder='static'`` can sample this rollout; says once why not when it cannot."""
         if self.args.rollout_decoder != "static":
             return False
-        from sagerl.train.static_decoder import unsupported_reason
+        from sagerl.eval.static_decoder import unsupported_reason
 
         reason = None
         if self.use_vllm:
@@ -359,12 +359,12 @@ class SAGETrainer(GRPOTrainer):
         return reason is None
 
     def _generate_static(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], None]:
-        """Rollouts by :class:`sagerl.train.static_decoder.StaticDecoder` from the current policy's weights (a
+        """Rollouts by :class:`sagerl.eval.static_decoder.StaticDecoder` from the current policy's weights (a
         snapshot per rollout), in bfloat16 where the rollout runs under bfloat16 autocast (``bf16`` on a CPU),
         else in the model's dtype. Returns TRL's ``(completion_ids, None)``, as :meth:`_generate_with_shared_prefix`."""
         from trl.models import unwrap_model_for_generation
 
-        from sagerl.train.static_decoder import StaticDecoder
+        from sagerl.eval.static_decoder import StaticDecoder
 
         kw = self.generation_kwargs
         with (

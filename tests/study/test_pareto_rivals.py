@@ -139,7 +139,10 @@ def test_the_confirmation_archive_rebuilds_its_table_and_every_run_used_canonica
             summary, vs = data["cells"][cell]["summary"], data["paired"]["cells"][cell]
             assert data["paired"]["baseline"] == WINNER
             for key, scale in (("solved/planted_rare", 1), ("pass@1/planted_common", 100)):
-                want += [shown(summary[key], scale), "—" if cell == WINNER else shown(vs[key], scale, signed=True)]
+                want += [
+                    shown(summary[key], scale),
+                    "—" if cell == WINNER else shown(vs[key], scale, signed=True),
+                ]
         assert row == want, cell
     for setting, data in confirm.items():
         assert [m["machine"]["kernel_mode"] for m in data["run_machines"]] == ["canonical"], setting

@@ -97,9 +97,14 @@ def _train_flowrl(tiny_model, out, max_steps, resume=None):
         disable_tqdm=True,
     )
     dataset = Dataset.from_dict(
-        {"prompt": [f"What is {a} + {a + 1}?" for a in range(8)], "answer": [str(2 * a + 1) for a in range(8)]}
+        {
+            "prompt": [f"What is {a} + {a + 1}?" for a in range(8)],
+            "answer": [str(2 * a + 1) for a in range(8)],
+        }
     )
-    trainer = SAGETrainer(model=str(tiny_model), reward_funcs=[RecordingReward()], args=args, train_dataset=dataset)
+    trainer = SAGETrainer(
+        model=str(tiny_model), reward_funcs=[RecordingReward()], args=args, train_dataset=dataset
+    )
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
@@ -115,7 +120,9 @@ def test_the_log_z_head_is_saved_and_resumed_exactly(tiny_model, tmp_path):
     with safe_open(str(tmp_path / "split" / "checkpoint-2" / "model.safetensors"), "pt") as f:
         head_keys = [k for k in f.keys() if k.startswith("flowrl_log_z.")]
     assert head_keys, "the checkpoint has no log Z head"
-    resumed = _train_flowrl(tiny_model, tmp_path / "split", 3, resume=str(tmp_path / "split" / "checkpoint-2"))
+    resumed = _train_flowrl(
+        tiny_model, tmp_path / "split", 3, resume=str(tmp_path / "split" / "checkpoint-2")
+    )
     fresh = _train_flowrl(tiny_model, tmp_path / "fresh", 1)
     got = dict(resumed.model.named_parameters())
     for name, want in straight.model.named_parameters():
@@ -123,4 +130,6 @@ def test_the_log_z_head_is_saved_and_resumed_exactly(tiny_model, tmp_path):
     head = [n for n in got if n.startswith("flowrl_log_z.")]
     assert len(head) == len(head_keys)
     moved = dict(fresh.model.named_parameters())
-    assert any(not torch.equal(got[n], moved[n]) for n in head)  # 3 steps moved it past 1 step's: a real check
+    assert any(
+        not torch.equal(got[n], moved[n]) for n in head
+    )  # 3 steps moved it past 1 step's: a real check

@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_trainer_loss import GROUP, make_trainer
 
-import sagerl.train.static_decoder as static
+import sagerl.eval.static_decoder as static
 from sagerl.errors import ConfigError
+from sagerl.eval.static_decoder import StaticDecoder, sample_token, unsupported_reason
 from sagerl.train.config import SAGEConfig
-from sagerl.train.static_decoder import StaticDecoder, sample_token, unsupported_reason
 
 
 def _model(kind: str):
@@ -119,11 +119,17 @@ def test_sampler_keeps_transformers_tokens_and_draws_the_softmax():
     assert bool(((freq - prob).abs() < 5 * se).all()), (freq, prob)
 
 
-def test_completions_stop_after_the_first_end_token_and_prompts_prefill_once(monkeypatch):
+@pytest.mark.parametrize("compacts", [True, False])
+def test_completions_stop_after_the_first_end_token_and_prompts_prefill_once(compacts, monkeypatch):
     model = _model("llama")
-    script = iter([[4, 9], [5, 2], [2, 6], [8, 8], [3, 3]])  # rows 0 and 1 emit 2 (end) at steps 2 and 1
+    # rows 0 and 1 emit 2 (end) at steps 2 and 1. Compacting, row 1 then leaves the batch (half of it has
+    # ended), so the third draw is asked for row 0 only; not compacting (MKL-packed float32 weights), row 1 is
+    # still asked and its token (6) ignored
+    script = iter([[4, 9], [5, 2], [2]] if compacts else [[4, 9], [5, 2], [2, 6]])
+    asked = []
 
     def emit(logits, *args, **kwargs):
+        asked.append(logits.size(0))
         return torch.tensor(next(script))
 
     monkeypatch.setattr(static, "sample_token", emit)
@@ -132,10 +138,11 @@ def test_completions_stop_after_the_first_end_token_and_prompts_prefill_once(mon
     monkeypatch.setattr(
         model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
     )
-    out = StaticDecoder(model).generate(
-        [PROMPTS[0], PROMPTS[0]], max_new_tokens=8, eos_token_ids=[2], pad_token_id=0
-    )
+    decoder = StaticDecoder(model)
+    decoder.compacts = compacts
+    out = decoder.generate([PROMPTS[0], PROMPTS[0]], max_new_tokens=8, eos_token_ids=[2], pad_token_id=0)
     assert out == [[4, 5, 2], [9, 2]]  # cut after the end token, kept; generation stops when all rows ended
+    assert asked == ([2, 2, 1] if compacts else [2, 2, 2])
     assert calls == [torch.Size([1, len(PROMPTS[0])])]  # one prefill of the one distinct prompt
     monkeypatch.setattr(static, "sample_token", lambda logits, *a, **k: torch.tensor([1, 1]))
     out = StaticDecoder(model).generate(

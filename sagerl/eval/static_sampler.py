@@ -1,0 +1,89 @@
+"""The ``static`` sampling backend: the hf backend's samples, decoded by sagerl's static decode loop on the CPU.
+
+:class:`StaticSampler` keeps :class:`~sagerl.eval.samplers.HFSampler`'s prompts, prefill, positions and per-row
+seeded draws and runs the decode steps with :class:`~sagerl.eval.static_decoder.StaticDecoder` (the loop the
+trainer's ``rollout_decoder: static`` uses). Measured in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sagerl.errors import ConfigError
+from sagerl.eval.samplers import Completion, HFSampler, sample_next_tokens
+
+
+class StaticSampler(HFSampler):
+    """The hf backend's sampling with sagerl's static decode loop (:mod:`sagerl.eval.static_decoder`), on the CPU.
+
+    The same prompts, prefill (the model's own forward), positions and per-row seeded draws as
+    :class:`HFSampler`; the decode steps run :class:`~sagerl.eval.static_decoder.StaticDecoder` (fused and packed
+    weights, a static cache, each prompt's keys read once per step for all its samples). The completions are
+    the hf backend's up to float rounding of the logits (a near-tie may go the other way). Llama-family models
+    only (``llama``, ``qwen2``, ``mistral``).
+
+    Args: as :class:`HFSampler` (``device`` is always the CPU).
+
+    Raises:
+        ConfigError: the model is not one the static decoder supports (the reason named), or a GPU was asked.
+        ModelLoadError: the model does not load.
+    """
+
+    name = "static"
+
+    def __init__(self, model: str | None = None, *, device: str | None = None, **kwargs: Any) -> None:
+        if device not in (None, "cpu"):
+            raise ConfigError(f"the static backend runs on the CPU, not {device!r} (use --backend hf)")
+        super().__init__(model, device="cpu", **kwargs)
+        from sagerl.eval.static_decoder import unsupported_reason
+
+        reason = unsupported_reason(self.model, {})
+        if reason is not None:
+            raise ConfigError(f"--backend static cannot sample this model: {reason} (use --backend hf)")
+        self._decoder = None
+
+    def _generate_batch(
+        self,
+        row_prompts: list[str],
+        row_seeds: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list[Completion]:
+        """One completion per row, decoded by the static loop with the hf backend's per-row uniforms."""
+        import torch
+
+        from sagerl.eval.static_decoder import StaticDecoder
+
+        if self._decoder is None:
+            dtype = next(self.model.parameters()).dtype
+            self._decoder = StaticDecoder(self.model, dtype=dtype, rows=self.batch_size)
+        distinct = list(dict.fromkeys(row_prompts))
+        encoded = self.tokenizer(distinct, add_special_tokens=self.add_special_tokens)["input_ids"]
+        ids = dict(zip(distinct, encoded, strict=True))
+        uniforms = torch.stack(
+            [
+                torch.rand(max_new_tokens, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+                for s in row_seeds
+            ]
+        )
+
+        def draw(logits, step: int, rows):
+            return sample_next_tokens(logits, temperature, top_p, uniforms[rows, step])
+
+        with torch.inference_mode():
+            outs = self._decoder.decode(
+                [ids[p] for p in row_prompts],
+                max_new_tokens=max_new_tokens,
+                eos_token_ids=self.eos_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                draw=draw,
+                positions="tokens",
+            )
+        completions = []
+        for gen in outs:
+            stopped = bool(gen) and gen[-1] in self.eos_ids  # the end token is counted, not decoded
+            text = self.tokenizer.decode(gen[:-1] if stopped else gen, skip_special_tokens=True)
+            completions.append(Completion(text, len(gen), "stop" if stopped else "length"))
+        return completions
