@@ -27,7 +27,8 @@ row during sampling).
 Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare,float32-nogen,float32]
 [--rounds 2]`` (``-noshare``: TRL's forward passes, neither prefix shared; ``-nogen``: the log-prob passes
 shared, the rollouts' prefill not; ``-static``: ``rollout_decoder='static'``, sagerl's lean decode loop
-(``sagerl.eval.static_decoder``) instead of transformers' ``generate``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
+(``sagerl.eval.static_decoder``) instead of transformers' ``generate``, the demo's own setting since 2026-12-05, so a
+dtype alone is the same; ``-generate``: ``rollout_decoder='transformers'``, as ``-nogen`` and ``-noshare``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
 x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
 warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
 ``-spgN`` the mean over its steps (only one step in N samples); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
@@ -115,13 +116,17 @@ def child(variant: str, steps: int, out: str) -> dict:
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
     spg = int(option[3:]) if option.startswith("spg") and option[3:].isdigit() else 1
-    if option not in ("", "nogen", "noshare", "static") and spg == 1 and option != "spg1":
-        raise SystemExit(f"unknown variant {variant!r}: a dtype, with -nogen, -noshare, -static or -spgN")
+    if option not in ("", "nogen", "noshare", "static", "generate") and spg == 1 and option != "spg1":
+        raise SystemExit(
+            f"unknown variant {variant!r}: a dtype, with -nogen, -noshare, -static, -generate or -spgN"
+        )
     overrides["share_prompt_prefix"] = option != "noshare"
     overrides["share_generation_prefix"] = option not in ("nogen", "noshare")
     overrides["steps_per_generation"] = spg
     if option == "static":
         overrides["rollout_decoder"] = "static"
+    elif option in ("generate", "nogen", "noshare"):  # transformers' generate (the demo's default is static)
+        overrides["rollout_decoder"] = "transformers"
     overrides.update(save_strategy="no", report_to="none")
     resolved = resolve_config(PRESET, overrides)
     args = build_trainer_config(resolved, out)
@@ -256,7 +261,7 @@ def main() -> None:
         "--dtypes",
         default="float32,bfloat16",
         help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off), -noshare "
-        "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static') or -spgN",
+        "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static'), -generate (transformers') or -spgN",
     )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
     args = parser.parse_args()
