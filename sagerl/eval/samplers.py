@@ -300,13 +300,7 @@ class HFSampler(Sampler):
         mask = enc["attention_mask"].to(self.device)
         pos = (mask.long().cumsum(-1) - 1).clamp_(min=0)
         rows = len(row_prompts)
-        # Each row's uniforms, one per decoding step, from its own generator (CPU, then moved).
-        uniforms = torch.stack(
-            [
-                torch.rand(max_new_tokens, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
-                for s in row_seeds
-            ]
-        ).to(self.device)
+        uniforms = row_uniforms(row_seeds, max_new_tokens).to(self.device)
         eos = torch.tensor(self.eos_ids, device=self.device)
         tokens = torch.full((rows, max_new_tokens), -1, dtype=torch.long, device=self.device)
         lengths = torch.full((rows,), max_new_tokens, dtype=torch.long)
@@ -344,15 +338,15 @@ class HFSampler(Sampler):
                 next_pos = next_pos + 1
 
         tokens = tokens.cpu()
-        completions = []
-        for r in range(rows):
-            length = int(lengths[r])
-            gen = tokens[r, :length].tolist()
-            if stopped[r]:
-                gen = gen[:-1]  # the end-of-sequence token is counted, not decoded
-            text = self.tokenizer.decode(gen, skip_special_tokens=True)
-            completions.append(Completion(text, length, "stop" if stopped[r] else "length"))
-        return completions
+        return [
+            self._completion(tokens[r, : int(lengths[r])].tolist(), bool(stopped[r])) for r in range(rows)
+        ]
+
+    def _completion(self, new_ids: list[int], stopped: bool) -> Completion:
+        """The :class:`Completion` of one row's new token ids (``stopped``: the last one ends the sequence; it is
+        counted, not decoded)."""
+        text = self.tokenizer.decode(new_ids[:-1] if stopped else new_ids, skip_special_tokens=True)
+        return Completion(text, len(new_ids), "stop" if stopped else "length")
 
     def _forward(self, input_ids, attention_mask, position_ids, *, cache, logits_to_keep):
         kwargs = dict(
@@ -368,6 +362,19 @@ class HFSampler(Sampler):
             except TypeError:
                 self._supports_logits_to_keep = False
         return self.model(**kwargs)
+
+
+def row_uniforms(row_seeds: Sequence[int], max_new_tokens: int):
+    """Each row's uniforms (rows, max_new_tokens), float64 on the CPU: one per decoding step, from a generator
+    seeded with the row's sample seed (so a sample is the same whatever batch it is drawn in)."""
+    import torch
+
+    return torch.stack(
+        [
+            torch.rand(max_new_tokens, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+            for s in row_seeds
+        ]
+    )
 
 
 def cache_argument(model) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sagerl.errors import ConfigError
-from sagerl.eval.samplers import Completion, HFSampler, sample_next_tokens
+from sagerl.eval.samplers import Completion, HFSampler, row_uniforms, sample_next_tokens
 
 
 class StaticSampler(HFSampler):
@@ -62,12 +62,7 @@ class StaticSampler(HFSampler):
         distinct = list(dict.fromkeys(row_prompts))
         encoded = self.tokenizer(distinct, add_special_tokens=self.add_special_tokens)["input_ids"]
         ids = dict(zip(distinct, encoded, strict=True))
-        uniforms = torch.stack(
-            [
-                torch.rand(max_new_tokens, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
-                for s in row_seeds
-            ]
-        )
+        uniforms = row_uniforms(row_seeds, max_new_tokens)
 
         def draw(logits, step: int, rows):
             return sample_next_tokens(logits, temperature, top_p, uniforms[rows, step])
@@ -81,9 +76,4 @@ class StaticSampler(HFSampler):
                 draw=draw,
                 positions="tokens",
             )
-        completions = []
-        for gen in outs:
-            stopped = bool(gen) and gen[-1] in self.eos_ids  # the end token is counted, not decoded
-            text = self.tokenizer.decode(gen[:-1] if stopped else gen, skip_special_tokens=True)
-            completions.append(Completion(text, len(gen), "stop" if stopped else "length"))
-        return completions
+        return [self._completion(gen, bool(gen) and gen[-1] in self.eos_ids) for gen in outs]
