@@ -315,12 +315,11 @@ class StaticDecoder:
             kwargs["position_ids"] = (attention.cumsum(-1) - 1).clamp_(min=0)
         out = self.model(**kwargs)
         slot = torch.tensor(slot_list)
-        counts = torch.bincount(slot, minlength=groups)
         member = torch.zeros_like(slot)
-        seen = [0] * groups
+        seen = [0] * groups  # rows of each prompt so far; in the end, each prompt's row count
         for r, s in enumerate(slot_list):
             member[r], seen[s] = seen[s], seen[s] + 1
-        group_size = int(counts.max())
+        group_size = max(seen)
         rows = len(slot_list)
         dense = rows == groups * group_size and bool((slot == torch.arange(rows) // group_size).all())
         prefix_keys, prefix_values, keys, values = [], [], [], []

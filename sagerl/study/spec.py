@@ -111,7 +111,6 @@ EVAL_KEYS = {
     "dtype",
     "backend",
 }
-EVAL_BACKENDS = BACKENDS
 NUMERIC_RANGES: dict[str, dict] = {
     "train.steps": dict(low=1, integer=True),
     "seeds": dict(low=0, high=2**32 - 1, integer=True),  # SAGEConfig's seed range (numpy's)
@@ -385,9 +384,9 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     from sagerl.precision import check_dtype
 
     check_dtype(eval_settings.dtype, f"{source}: eval.dtype")
-    if eval_settings.backend not in EVAL_BACKENDS:
+    if eval_settings.backend not in BACKENDS:
         raise ConfigError(
-            f"{source}: eval.backend {eval_settings.backend!r}: choose one of {', '.join(EVAL_BACKENDS)}"
+            f"{source}: eval.backend {eval_settings.backend!r}: choose one of {', '.join(BACKENDS)}"
         )
 
     seeds = _seeds(data.get("seeds", [0]), f"{source}: seeds")
