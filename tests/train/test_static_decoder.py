@@ -119,6 +119,19 @@ def test_sampler_keeps_transformers_tokens_and_draws_the_softmax():
     assert bool(((freq - prob).abs() < 5 * se).all()), (freq, prob)
 
 
+def test_inverse_cdf_draw_never_takes_a_removed_token_and_follows_its_generator():
+    # the removed tokens sit at both ends of the vocabulary, where an inverse-CDF draw's edge cases are (u near 0
+    # and near the row's total); the last row has all its mass on the last token
+    logits = torch.tensor([[float("-inf"), 0.0, 1.0, float("-inf")], [float("-inf")] * 3 + [0.0]])
+    generator = torch.Generator().manual_seed(3)
+    draws = torch.stack([sample_token(logits, generator=generator) for _ in range(2000)])
+    assert set(draws[:, 0].tolist()) == {1, 2} and set(draws[:, 1].tolist()) == {3}
+    share = (draws[:, 0] == 2).double().mean().item()
+    assert abs(share - torch.tensor([0.0, 1.0]).softmax(0)[1].item()) < 0.04  # e/(1+e) = 0.731, 2,000 draws
+    again = torch.Generator().manual_seed(3)
+    assert torch.equal(draws[:5], torch.stack([sample_token(logits, generator=again) for _ in range(5)]))
+
+
 @pytest.mark.parametrize("compacts", [True, False])
 def test_completions_stop_after_the_first_end_token_and_prompts_prefill_once(compacts, monkeypatch):
     model = _model("llama")
