@@ -12,7 +12,7 @@ values held once and attended by all its rows' queries in one matmul (a group of
 cache once a step, not G times), each row's generated keys in a preallocated cache written in place, and rows
 that ended leaving the batch. Measured side by side in ``benchmarks/step_profile.py`` (docs/performance.md).
 
-Two users: training rollouts (``SAGEConfig.rollout_decoder='static'``, sampling by the inverse CDF with
+Two users: training rollouts (``SAGEConfig.rollout_decoder='static'``, sampling with
 transformers' warpers and an inverse-CDF draw, :func:`sample_token`) and evaluation (``--backend static``,
 :class:`sagerl.eval.static_sampler.StaticSampler`: the evaluation's own per-row seeded draws).
 
@@ -400,7 +400,7 @@ class StaticDecoder:
                 torch.matmul(self._to_groups(q, state), state.prefix_keys[i]), state
             )
             own_scores = torch.matmul(q, state.keys[i][..., : j + 1])
-            scores = torch.cat([prompt_scores, own_scores], -1).float() * self.scale
+            scores = torch.cat([prompt_scores, own_scores], -1) * self.scale
             if state.prefix_mask is not None:
                 scores[..., :prompt_len] += state.prefix_mask
             weights = scores.softmax(-1)
