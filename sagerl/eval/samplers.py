@@ -142,9 +142,7 @@ def sample_next_tokens(logits, temperature: float, top_p: float, uniforms):
             out[short] = _nucleus_draw(full_p, full_order, top_p, u[short])
             return out
         return _nucleus_draw(sorted_p, order, top_p, u)
-    cdf = probs.cumsum(dim=-1)
-    pos = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
-    return pos.squeeze(-1)
+    return inverse_cdf(probs, u).squeeze(-1)
 
 
 _TOP_P_CANDIDATES = 256
@@ -152,14 +150,20 @@ _TOP_P_CANDIDATES = 256
 
 def _nucleus_draw(sorted_p, order, top_p: float, u):
     """Inverse-CDF draw within the top-p nucleus of descending probabilities ``sorted_p`` (R, K)."""
-    import torch
 
     cum = sorted_p.cumsum(dim=-1)
     # drop a token when the mass strictly before it already reaches top_p (the first is always kept)
     kept = sorted_p.masked_fill(cum - sorted_p >= top_p, 0.0)
-    cdf = kept.cumsum(dim=-1)
-    pos = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
-    return order.gather(-1, pos).squeeze(-1)
+    return order.gather(-1, inverse_cdf(kept, u)).squeeze(-1)
+
+
+def inverse_cdf(weights, u):
+    """(R, 1) int64: per row the first index whose cumulative weight exceeds ``u`` (R, 1) in [0, 1) times the
+    row's total, for ``weights`` (R, V) ≥ 0 (need not sum to 1). A weight-0 index is never drawn."""
+    import torch
+
+    cdf = weights.cumsum(dim=-1)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[-1] - 1)
 
 
 def default_batch_size(device: str) -> int:

@@ -523,6 +523,7 @@ def sample_token(
         remove = cumulative <= 1 - top_p
         remove[..., -1] = False
         logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
-    cdf = logits.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.size(0), 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.size(-1) - 1)[:, 0]
+    from sagerl.eval.samplers import inverse_cdf
+
+    u = torch.rand(logits.size(0), 1, generator=generator, dtype=logits.dtype)
+    return inverse_cdf(logits.softmax(-1), u)[:, 0]
