@@ -150,7 +150,6 @@ _TOP_P_CANDIDATES = 256
 
 def _nucleus_draw(sorted_p, order, top_p: float, u):
     """Inverse-CDF draw within the top-p nucleus of descending probabilities ``sorted_p`` (R, K)."""
-
     cum = sorted_p.cumsum(dim=-1)
     # drop a token when the mass strictly before it already reaches top_p (the first is always kept)
     kept = sorted_p.masked_fill(cum - sorted_p >= top_p, 0.0)
