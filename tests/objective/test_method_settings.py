@@ -1,6 +1,7 @@
 """One registration per method (issue 38, item 3 of the issue): a method's settings are declared once, in its module
 (sagerl.objective._checks.Setting), and everything else is read off them. These tests fail when a method's keyword
-has no declaration, or when an engine lacks a declared setting."""
+has no declaration, or when an engine lacks a declared setting. verl's side is checked in verl's environment:
+tests/integrations/verl/test_verl_method_settings.py."""
 
 from __future__ import annotations
 
@@ -173,21 +174,3 @@ def test_every_method_has_a_preset_and_a_row_in_the_docs():
         assert any(s in docs for s in spelled), f"docs/methods.md and docs/train.md name no {name!r}"
     for name in POLICY_LOSS_SETTINGS:
         assert any(p.get("policy_loss") == name for p in presets), f"no preset uses the {name!r} policy term"
-
-
-def test_verl_reads_every_setting_of_the_estimators_it_registers():
-    pytest.importorskip("verl")
-    from sagerl.integrations.verl.advantages import CONFIG_KEYS, VERL_ESTIMATORS
-
-    for name in VERL_ESTIMATORS:
-        for s in ESTIMATORS[name].settings:
-            assert CONFIG_KEYS[s.name] == (s.field, s.default), (name, s.name)
-
-
-def test_verl_policy_loss_config_has_every_loss_setting():
-    pytest.importorskip("verl")
-    from sagerl.integrations.verl.config import NUMERIC_RANGES, SAGEPolicyLossConfig
-
-    fields = {f.name: f for f in dataclasses.fields(SAGEPolicyLossConfig)}
-    for name, s in LOSS_SETTINGS.items():
-        assert fields[name].default == s.default and NUMERIC_RANGES[name] == s.allowed, name

@@ -19,6 +19,7 @@ from sagerl.errors import ConfigError
 from sagerl.integrations.verl.version import check_verl_version
 from sagerl.objective import GUIDES, KL_PLACEMENTS, GuideParams, Range, check_number, guide_inputs
 from sagerl.objective.guides import RANDOM_KINDS, TOKEN_NORMALIZATIONS
+from sagerl.objective.policy_loss import POLICY_LOSS_SETTINGS
 from sagerl.objective.registry import CONFIG_FIELDS, GUIDE_PARAM_RANGES, LOSS_SETTINGS
 
 try:
@@ -34,11 +35,13 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 """The command-line override that turns SAGE on with the paper's defaults (branch guide)."""
 
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
-POLICY_TERMS = ("clip", "clip_cov", "kl_cov")
+POLICY_TERMS = ("clip", "clip_cov", "kl_cov", "simko")
 """The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
+VOCABULARY_TERMS = ("simko",)
+"""The policy terms that read the policy's distribution over the vocabulary at each position (SimKO: its top-K
+log-probs), computed by :func:`~sagerl.integrations.verl.loss.sage_ppo_loss` from the logits of the actor's own
+training forward through verl's top-K hook (see :mod:`sagerl.integrations.verl.worker`)."""
 VERL_REFUSED_TERMS = {
-    "simko": "SimKO reads the log-probs of the top-K tokens at every position, which verl's actor forward does not "
-    "return (it gives the sampled tokens' log-probs and the entropies)",
     "flowrl": "FlowRL trains a log Z head on the prompt's hidden states, which verl's actor forward does not return "
     "and its optimizer does not hold",
     "apo": "APO reads the reference model's top-K tokens at every position and the policy's log-probs of them, which "
@@ -54,6 +57,7 @@ NUMERIC_RANGES: dict[str, Range] = {
     },
     "kl_log_ratio_clip": Range(0.0, low_open=True),
     **{name: s.allowed for name, s in LOSS_SETTINGS.items()},  # the loss options' (the entropy advantage's)
+    **{s.field: s.allowed for term in VOCABULARY_TERMS for s in POLICY_LOSS_SETTINGS[term]},  # SimKO's
 }
 """The range of each numeric field :class:`SAGEPolicyLossConfig` adds to verl's ``PolicyLossConfig`` (the TRL
 adapter's ranges for the same names); NaN and ±inf are refused."""
@@ -73,6 +77,9 @@ def verl_guide_inputs(source: str) -> dict[str, str]:
             "ref_logp": "ref_log_prob",
         }
     return {"logp": "ref_log_prob", "ref_logp": "ref_log_prob"}
+
+
+_SIMKO = {s.field: s for s in POLICY_LOSS_SETTINGS["simko"]}
 
 
 @dataclass
@@ -132,6 +139,16 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     policy's entropies (``calculate_entropy=True``)."""
     entropy_adv_kappa: float = LOSS_SETTINGS["entropy_adv_kappa"].default
     """The entropy advantage's κ > 1 (the paper's 2)."""
+
+    simko_top_k: int = _SIMKO["simko_top_k"].default
+    """SimKO (``policy_term=simko``): how many of the most likely tokens a correct completion raises (K; 3)."""
+    simko_mix: float = _SIMKO["simko_mix"].default
+    """SimKO: the share α in [0, 1] of a correct completion's update on a high-entropy token that goes to its
+    top-K candidates (the authors' mix_topk_coef, 0.01)."""
+    simko_tau: float = _SIMKO["simko_tau"].default
+    """SimKO: the entropy quantile τ in [0, 1] of each completion above which it acts (0.8)."""
+    simko_neg_scale: float = _SIMKO["simko_neg_scale"].default
+    """SimKO: the factor λ > 0 of a negative advantage on high-entropy tokens that took the top-1 candidate (1.1)."""
 
     def __post_init__(self) -> None:
         check_verl_version()
@@ -216,6 +233,8 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
             }
         if self.policy_term == "kl_cov":
             return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.ppo_kl_coef}
+        if self.policy_term in VOCABULARY_TERMS:
+            return {s.name: getattr(self, s.field) for s in POLICY_LOSS_SETTINGS[self.policy_term]}
         return {}
 
 
@@ -232,16 +251,23 @@ def check_actor_config(actor_config: Any) -> str:
         actor_config: verl's ``ActorConfig`` (a dataclass) whose ``policy_loss.loss_mode`` is ``sage``.
 
     Raises:
-        ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide reads entropies but
-            ``calculate_entropy`` is off; a guide without β > 0 (``use_kl_loss`` and ``kl_loss_coef``); a
+        ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide (or SimKO) reads entropies
+            but ``calculate_entropy`` is off; a guide without β > 0 (``use_kl_loss`` and ``kl_loss_coef``); a
             ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
     """
     settings = actor_config.policy_loss
     if not isinstance(settings, SAGEPolicyLossConfig):
         raise ConfigError(f"loss_mode=sage needs SAGE's settings in actor.policy_loss: add {OVERRIDE}")
     needs_entropy = "entropy" in guide_inputs(settings.guide, settings.guide_params)
-    if (needs_entropy or settings.entropy_adv_alpha > 0) and not actor_config.calculate_entropy:
-        reader = f"SAGE's {settings.guide} guide" if needs_entropy else "the entropy advantage"
+    simko = settings.policy_term == "simko"
+    if (needs_entropy or simko or settings.entropy_adv_alpha > 0) and not actor_config.calculate_entropy:
+        reader = (
+            f"SAGE's {settings.guide} guide"
+            if needs_entropy
+            else "SimKO (its high-entropy tokens)"
+            if simko
+            else "the entropy advantage"
+        )
         raise ConfigError(
             f"{reader} reads the policy's token entropies: set "
             "actor_rollout_ref.actor.calculate_entropy=True (they come from the same forward pass)"

@@ -40,28 +40,49 @@ from sagerl.objective import compute_guide, sage_loss, shaped_kl
 logger = logging.getLogger(__name__)
 
 
+SIMKO_TOPK = "sage_simko_topk_logp_{}"
+"""The ``model_output`` key of the policy's log-prob of its k-th most likely token (SimKO), per position."""
+SIMKO_TOP1 = "sage_simko_is_top1"
+"""The ``model_output`` key of 1.0 where the next token is the policy's most likely one (SimKO), per position."""
+
+
 def sage_ppo_loss(
-    config: Any, model_output: dict, data: Any, dp_group: Any = None
-) -> tuple[torch.Tensor, dict]:
+    config: Any,
+    model_output: dict | None = None,
+    data: Any = None,
+    dp_group: Any = None,
+    student_logits: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict] | dict[str, torch.Tensor]:
     """SAGE's loss on one micro-batch, in the form of verl's ``ppo_loss``.
+
+    Called twice per micro-batch when the policy term reads the vocabulary (SimKO): first by verl's FSDP engine
+    with the training forward's ``student_logits`` (its top-K hook, which :class:`~sagerl.integrations.verl.
+    worker.SAGETrainingWorker` turns on), returning per-position tensors (:func:`vocabulary_outputs`) that the
+    engine stores in ``model_output``; then with ``model_output``, returning the loss.
 
     Args:
         config: verl's ``ActorConfig`` with a :class:`~sagerl.integrations.verl.SAGEPolicyLossConfig`
             ``policy_loss`` (checked at start-up by :func:`~sagerl.integrations.verl.config.check_actor_config`).
-        model_output: the engine's output: ``log_probs`` (and ``entropy`` when ``calculate_entropy``), nested
-            (no padding) tensors over prompt + response.
+        model_output: the engine's output: ``log_probs`` (and ``entropy`` when ``calculate_entropy``; SimKO's
+            :data:`SIMKO_TOPK` and :data:`SIMKO_TOP1`), nested (no padding) tensors over prompt + response.
         data: the micro-batch TensorDict: ``response_mask``, ``old_log_probs``, ``advantages``, optionally
-            ``ref_log_prob`` and ``rollout_is_weights``, and verl's global sizes.
+            ``ref_log_prob`` and ``rollout_is_weights`` (SimKO: ``token_level_scores``), and verl's global sizes.
         dp_group: unused (verl's signature).
+        student_logits: (1, nnz, V) the temperature-scaled logits of the micro-batch's packed tokens, with
+            gradient (verl's top-K hook); when given, the per-position tensors are returned instead of a loss.
 
     Returns:
-        (0-dim loss with gradient, metrics for verl's logger).
+        (0-dim loss with gradient, metrics for verl's logger); with ``student_logits``, a dict of (1, nnz)
+        tensors.
 
     Raises:
-        ConfigError: the batch lacks the entropies or reference log-probs the configuration promised
-            (a trainer that bypassed ``calculate_entropy`` or the reference policy).
+        ConfigError: the batch lacks the entropies, reference log-probs or rewards the configuration promised
+            (a trainer that bypassed ``calculate_entropy`` or the reference policy), or SimKO's top-K hook did not
+            run.
     """
     settings = config.policy_loss
+    if student_logits is not None:
+        return vocabulary_outputs(settings, student_logits, data)
     logp = no_padding_2_padding(model_output["log_probs"], data)
     entropy = model_output.get("entropy", None)
     if entropy is not None:
@@ -91,6 +112,10 @@ def sage_ppo_loss(
         raise ConfigError(
             "SAGE: use_kl_loss=True but the batch has no ref_log_prob (no reference policy ran)"
         )
+
+    policy_params = settings.policy_loss_params
+    if settings.policy_term == "simko":
+        policy_params = {**policy_params, **_simko_inputs(model_output, data, logp, entropy)}
 
     from_reference = settings.guide_entropy_source == "reference"
     try:
@@ -125,7 +150,7 @@ def sage_ppo_loss(
         else None,  # verl's Clip-/KL-Cov: no dual clip
         importance_weights=batch.get("rollout_is_weights", None),
         policy_loss=settings.policy_term,
-        policy_loss_params=settings.policy_loss_params,
+        policy_loss_params=policy_params,
         entropy=entropy,
         entropy_adv_alpha=settings.entropy_adv_alpha,
         entropy_adv_kappa=settings.entropy_adv_kappa,
@@ -162,6 +187,76 @@ def sage_ppo_loss(
         metrics["q/frac_above_1"] = token_mean(q > 1.0)
         metrics["q/frac_below_1"] = token_mean(q < 1.0)
     return loss, metrics
+
+
+def vocabulary_outputs(settings: Any, student_logits: torch.Tensor, data: Any) -> dict[str, torch.Tensor]:
+    """What the policy term reads from the distribution over the vocabulary, from the training forward's logits.
+
+    SimKO: at each packed position, the log-probs of the policy's K = ``simko_top_k`` most likely tokens (with
+    gradient, one (1, nnz) tensor each: :data:`SIMKO_TOPK`), and whether the next token of the packed stream (the
+    label verl's own log-prob reads) is the most likely one (:data:`SIMKO_TOP1`). Which tokens are the top-K is
+    decided on this forward's values (detached); training is on-policy (``SAGETrainingWorker`` checks), so these
+    are π_old's top-K.
+
+    Args:
+        settings: the actor's :class:`~sagerl.integrations.verl.SAGEPolicyLossConfig`.
+        student_logits: (1, nnz, V), temperature-scaled, with gradient.
+        data: the micro-batch TensorDict (its nested ``input_ids``: nnz tokens).
+
+    Raises:
+        ConfigError: the logits do not cover the micro-batch's packed tokens one for one (a Ulysses sequence-
+            parallel group splits them: SimKO needs ``ulysses_sequence_parallel_size=1``), or the policy term
+            reads no vocabulary.
+    """
+    if settings.policy_term != "simko":
+        raise ConfigError(
+            f"verl's top-K hook ran for policy_term={settings.policy_term!r}, which reads no vocabulary"
+        )
+    input_ids = data["input_ids"]
+    labels = torch.roll(input_ids.values() if input_ids.is_nested else input_ids.reshape(-1), shifts=-1)
+    if student_logits.dim() != 3 or student_logits.shape[:2] != (1, labels.numel()):
+        raise ConfigError(
+            f"SimKO: the actor's logits {tuple(student_logits.shape)} do not cover the micro-batch's "
+            f"{labels.numel()} packed tokens one for one (Ulysses sequence parallelism splits them): set "
+            "ulysses_sequence_parallel_size=1"
+        )
+    logprobs = torch.log_softmax(student_logits[0].float(), dim=-1)
+    top = logprobs.detach().topk(settings.simko_top_k, dim=-1).indices
+    topk_logp = logprobs.gather(-1, top)
+    outputs = {SIMKO_TOPK.format(k): topk_logp[None, :, k] for k in range(settings.simko_top_k)}
+    outputs[SIMKO_TOP1] = (top[:, 0] == labels.to(top.device)).float()[None]
+    return outputs
+
+
+def _simko_inputs(model_output: dict, data: Any, logp: torch.Tensor, entropy: torch.Tensor | None) -> dict:
+    """SimKO's per-token inputs (:data:`sagerl.objective.simko.INPUTS`) from the engine's output, (B, T[, K]).
+
+    ``correct`` (B,): the completion's task score (verl's ``token_level_scores``, summed over its tokens) is 1,
+    as the authors' code reads it. On-policy, π_old's top-K log-probs are this forward's, detached.
+    """
+    names = sorted(k for k in model_output if k.startswith(SIMKO_TOPK.format("")))
+    if not names or SIMKO_TOP1 not in model_output:
+        raise ConfigError(
+            "SimKO: the actor's forward returned no top-K log-probs (verl's top-K hook did not run: "
+            "is SAGETrainingWorker the actor's worker?)"
+        )
+    if entropy is None:
+        raise ConfigError(
+            "SimKO reads the policy's entropies: set actor_rollout_ref.actor.calculate_entropy=True"
+        )
+    if "token_level_scores" not in data:
+        raise ConfigError("SimKO reads each completion's task score: the batch has no token_level_scores")
+    topk = torch.stack(
+        [no_padding_2_padding(model_output[SIMKO_TOPK.format(k)], data) for k in range(len(names))], dim=-1
+    )
+    scores = data.select("token_level_scores").to_padded_tensor()["token_level_scores"]
+    return {
+        "topk_logp": topk,
+        "old_topk_logp": topk.detach(),
+        "entropy": entropy,
+        "is_top1": no_padding_2_padding(model_output[SIMKO_TOP1], data) > 0.5,
+        "correct": scores.sum(dim=-1).to(logp.device) == 1.0,
+    }
 
 
 _warned_on_policy = False

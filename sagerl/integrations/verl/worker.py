@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from functools import partial
 
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
+from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker, ppo_loss
 
 from sagerl.errors import ConfigError
-from sagerl.integrations.verl.config import check_actor_config, is_sage
+from sagerl.integrations.verl.config import VOCABULARY_TERMS, check_actor_config, is_sage
 from sagerl.integrations.verl.loss import sage_ppo_loss
 
 
@@ -67,6 +68,31 @@ class SAGETrainingWorker(TrainingWorker):
             )
         self._sage_actor = _is_sage(loss_fn)
         super().set_loss_fn(loss_fn)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def train_mini_batch(self, data):
+        """verl's update; for a policy term that reads the vocabulary (SimKO), first turn on the FSDP engine's top-K
+        hook (``distillation_use_topk``: the engine hands the training forward's logits to the loss function,
+        :func:`~sagerl.integrations.verl.loss.sage_ppo_loss`, and keeps what it returns in ``model_output``).
+
+        Raises:
+            ConfigError: SimKO on a batch trained off-policy (more than one mini-batch per rollout batch, or
+                ``ppo_epochs`` > 1): it reads π_old's top-K tokens, which verl's π_old pass does not compute.
+        """
+        term = self.loss_fn.keywords["config"].policy_loss.policy_term if self._sage_actor else None
+        if term in VOCABULARY_TERMS:
+            epochs = tu.get_non_tensor_data(data=data, key="epochs", default=1)
+            mini_batch = tu.get_non_tensor_data(data=data, key="mini_batch_size", default=None)
+            mini_batches = tu.get_non_tensor_data(data=data, key="num_mini_batch", default=None)
+            per_rank = None if mini_batch is None else mini_batch // self.engine.get_data_parallel_size()
+            if epochs != 1 or (mini_batches or 1) > 1 or (per_rank is not None and per_rank < data.shape[0]):
+                raise ConfigError(
+                    f"policy_term={term!r} reads the top-K log-probs of π_old, which verl's π_old pass does not "
+                    f"compute: train on-policy (ppo_epochs=1 and ppo_mini_batch_size = train_batch_size; got "
+                    f"{epochs} epochs, mini-batches of {mini_batch} in a batch of {data.shape[0]} per rank)"
+                )
+            tu.assign_non_tensor(data, distillation_use_topk=True)
+        return super().train_mini_batch(data)
 
 
 def _bypassed(*args, **kwargs):

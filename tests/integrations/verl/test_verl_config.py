@@ -94,10 +94,10 @@ def test_plain_grpo_is_untouched():
         ("guide:branch_tokens", "guide='branch_tokens' is not one of"),
         ("q_min:1.2", "actor.policy_loss.q_min=1.2 must be a number in (0, 1]"),
         ("kl_placement:reward_to_go", "kl_placement='reward_to_go' is not one of"),
-        (  # issue 38: SimKO reads the top-K log-probs, which verl's actor forward does not return
-            "policy_term:simko",
-            "policy_term='simko' is not available in verl: SimKO reads the log-probs of the top-K tokens",
-        ),
+        # issue 38: SimKO's settings are checked against the ranges its module declares
+        ("policy_term:simko,simko_mix:1.5", "actor.policy_loss.simko_mix=1.5 must be a number in [0, 1]"),
+        ("policy_term:simko,simko_top_k:0", "actor.policy_loss.simko_top_k=0 must be"),
+        ("policy_term:simko,simko_neg_scale:0", "actor.policy_loss.simko_neg_scale=0 must be"),
         ("policy_term:flowrl", "policy_term='flowrl' is not available in verl: FlowRL trains a log Z head"),
         (  # APO reads the reference's top-K tokens, which verl's reference worker does not return
             "policy_term:apo",
@@ -203,7 +203,7 @@ def test_every_numeric_sage_field_is_checked():
     own = {f.name for f in dataclasses.fields(SAGEPolicyLossConfig)} - {
         f.name for f in dataclasses.fields(PolicyLossConfig)
     }
-    numeric = {n for n in own if isinstance(getattr(SAGEPolicyLossConfig(), n), float)}
+    numeric = {n for n in own if isinstance(getattr(SAGEPolicyLossConfig(), n), float | int)}
     assert numeric == set(NUMERIC_RANGES)
     for name, allowed in NUMERIC_RANGES.items():
         for value in (math.nan, math.inf, -math.inf, *allowed.just_outside()):
