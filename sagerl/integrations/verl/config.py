@@ -35,17 +35,16 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 """The command-line override that turns SAGE on with the paper's defaults (branch guide)."""
 
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
-POLICY_TERMS = ("clip", "clip_cov", "kl_cov", "simko")
+POLICY_TERMS = ("clip", "clip_cov", "kl_cov", "simko", "apo")
 """The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
-VOCABULARY_TERMS = ("simko",)
+VOCABULARY_TERMS = ("simko", "apo")
 """The policy terms that read the policy's distribution over the vocabulary at each position (SimKO: its top-K
-log-probs), computed by :func:`~sagerl.integrations.verl.loss.sage_ppo_loss` from the logits of the actor's own
-training forward through verl's top-K hook (see :mod:`sagerl.integrations.verl.worker`)."""
+log-probs; APO: its log-probs of the reference's top-K, :mod:`sagerl.integrations.verl.reference`), computed by
+:func:`~sagerl.integrations.verl.loss.sage_ppo_loss` from the logits of the actor's own training forward through
+verl's top-K hook (see :mod:`sagerl.integrations.verl.worker`)."""
 VERL_REFUSED_TERMS = {
     "flowrl": "FlowRL trains a log Z head on the prompt's hidden states, which verl's actor forward does not return "
     "and its optimizer does not hold",
-    "apo": "APO reads the reference model's top-K tokens at every position and the policy's log-probs of them, which "
-    "verl's reference and actor forwards do not return (they give the sampled tokens' log-probs)",
 }
 """sagerl's policy terms the plugin refuses at start-up, with the reason (issue 38)."""
 
@@ -80,6 +79,7 @@ def verl_guide_inputs(source: str) -> dict[str, str]:
 
 
 _SIMKO = {s.field: s for s in POLICY_LOSS_SETTINGS["simko"]}
+_APO = {s.field: s for s in POLICY_LOSS_SETTINGS["apo"]}
 
 
 @dataclass
@@ -149,6 +149,14 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     """SimKO: the entropy quantile τ in [0, 1] of each completion above which it acts (0.8)."""
     simko_neg_scale: float = _SIMKO["simko_neg_scale"].default
     """SimKO: the factor λ > 0 of a negative advantage on high-entropy tokens that took the top-1 candidate (1.1)."""
+
+    apo_lambda: float = _APO["apo_lambda"].default
+    """APO (``policy_term=apo``): the push λ > 0, the factor of every negative advantage (1)."""
+    apo_beta: float = _APO["apo_beta"].default
+    """APO: the pull β >= 0 towards the Safe Manifold (the reference's top-K tokens) on tokens with a negative
+    advantage (0.1)."""
+    apo_top_k: int = _APO["apo_top_k"].default
+    """APO: K, the Safe Manifold's size: the reference model's K most likely tokens at each position (5)."""
 
     def __post_init__(self) -> None:
         check_verl_version()
@@ -271,6 +279,11 @@ def check_actor_config(actor_config: Any) -> str:
         raise ConfigError(
             f"{reader} reads the policy's token entropies: set "
             "actor_rollout_ref.actor.calculate_entropy=True (they come from the same forward pass)"
+        )
+    if settings.policy_term == "apo" and not actor_config.use_kl_loss:
+        raise ConfigError(
+            "APO reads the reference model's top-K tokens from verl's reference pass, which verl runs only with a "
+            "KL: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0 keeps the loss free of it)"
         )
     beta = actor_config.kl_loss_coef if actor_config.use_kl_loss else 0.0
     if settings.guide != "none" and beta <= 0:

@@ -44,6 +44,10 @@ SIMKO_TOPK = "sage_simko_topk_logp_{}"
 """The ``model_output`` key of the policy's log-prob of its k-th most likely token (SimKO), per position."""
 SIMKO_TOP1 = "sage_simko_is_top1"
 """The ``model_output`` key of 1.0 where the next token is the policy's most likely one (SimKO), per position."""
+APO_MANIFOLD = "sage_apo_manifold_logp_{}"
+"""The ``model_output`` key of the policy's log-prob of the reference's k-th most likely token (APO), per position."""
+APO_REF_MASS = "sage_apo_ref_topk_mass"
+"""The ``model_output`` key of the reference's probability mass on its top-K (APO's metric), per position."""
 
 
 def sage_ppo_loss(
@@ -116,6 +120,8 @@ def sage_ppo_loss(
     policy_params = settings.policy_loss_params
     if settings.policy_term == "simko":
         policy_params = {**policy_params, **_simko_inputs(model_output, data, logp, entropy)}
+    if settings.policy_term == "apo":
+        policy_params = {**policy_params, **_apo_inputs(model_output, data, settings.apo_top_k)}
 
     from_reference = settings.guide_entropy_source == "reference"
     try:
@@ -182,6 +188,10 @@ def sage_ppo_loss(
         metrics["kl/reference"] = token_mean(shaped_kl(logp.detach(), ref_logp, None, "k3"))
     if surrogate.covariance_masked is not None:
         metrics["covariance/token_share"] = token_mean(surrogate.covariance_masked)
+    if settings.policy_term == "apo":
+        mass = torch.logsumexp(policy_params["manifold_logp"].detach(), dim=-1).exp()
+        metrics["apo/manifold_mass"] = token_mean(mass)
+        metrics["apo/ref_topk_mass"] = token_mean(no_padding_2_padding(model_output[APO_REF_MASS], data))
     if q is not None:
         metrics["q/mean"] = token_mean(q)
         metrics["q/frac_above_1"] = token_mean(q > 1.0)
@@ -198,6 +208,11 @@ def vocabulary_outputs(settings: Any, student_logits: torch.Tensor, data: Any) -
     decided on this forward's values (detached); training is on-policy (``SAGETrainingWorker`` checks), so these
     are π_old's top-K.
 
+    APO: at each packed position, the policy's log-probs of the reference's K = ``apo_top_k`` most likely tokens
+    (the Safe Manifold, with gradient: :data:`APO_MANIFOLD`), the reference's ids read from this process's
+    reference pass (:data:`sagerl.integrations.verl.reference.REFERENCE_TOPK`), and the reference's mass on them
+    (:data:`APO_REF_MASS`).
+
     Args:
         settings: the actor's :class:`~sagerl.integrations.verl.SAGEPolicyLossConfig`.
         student_logits: (1, nnz, V), temperature-scaled, with gradient.
@@ -205,22 +220,34 @@ def vocabulary_outputs(settings: Any, student_logits: torch.Tensor, data: Any) -
 
     Raises:
         ConfigError: the logits do not cover the micro-batch's packed tokens one for one (a Ulysses sequence-
-            parallel group splits them: SimKO needs ``ulysses_sequence_parallel_size=1``), or the policy term
-            reads no vocabulary.
+            parallel group splits them: these terms need ``ulysses_sequence_parallel_size=1``), the reference's
+            top-K of these sequences is not in this process (APO), or the policy term reads no vocabulary.
     """
-    if settings.policy_term != "simko":
-        raise ConfigError(
-            f"verl's top-K hook ran for policy_term={settings.policy_term!r}, which reads no vocabulary"
-        )
+    term = settings.policy_term
+    if term not in ("simko", "apo"):
+        raise ConfigError(f"verl's top-K hook ran for policy_term={term!r}, which reads no vocabulary")
     input_ids = data["input_ids"]
     labels = torch.roll(input_ids.values() if input_ids.is_nested else input_ids.reshape(-1), shifts=-1)
     if student_logits.dim() != 3 or student_logits.shape[:2] != (1, labels.numel()):
         raise ConfigError(
-            f"SimKO: the actor's logits {tuple(student_logits.shape)} do not cover the micro-batch's "
+            f"policy_term={term!r}: the actor's logits {tuple(student_logits.shape)} do not cover the micro-batch's "
             f"{labels.numel()} packed tokens one for one (Ulysses sequence parallelism splits them): set "
             "ulysses_sequence_parallel_size=1"
         )
     logprobs = torch.log_softmax(student_logits[0].float(), dim=-1)
+    if term == "apo":
+        from sagerl.integrations.verl.reference import REFERENCE_TOPK
+
+        ref_ids, ref_probs = REFERENCE_TOPK.take(input_ids)
+        if ref_ids.shape != (labels.numel(), settings.apo_top_k):
+            raise ConfigError(
+                f"APO: the reference pass kept {tuple(ref_ids.shape)} top-K ids for {labels.numel()} tokens with "
+                f"apo_top_k={settings.apo_top_k}"
+            )
+        manifold = logprobs.gather(-1, ref_ids.to(logprobs.device))
+        outputs = {APO_MANIFOLD.format(k): manifold[None, :, k] for k in range(settings.apo_top_k)}
+        outputs[APO_REF_MASS] = ref_probs.sum(dim=-1).to(logprobs.device)[None]
+        return outputs
     top = logprobs.detach().topk(settings.simko_top_k, dim=-1).indices
     topk_logp = logprobs.gather(-1, top)
     outputs = {SIMKO_TOPK.format(k): topk_logp[None, :, k] for k in range(settings.simko_top_k)}
@@ -257,6 +284,20 @@ def _simko_inputs(model_output: dict, data: Any, logp: torch.Tensor, entropy: to
         "is_top1": no_padding_2_padding(model_output[SIMKO_TOP1], data) > 0.5,
         "correct": scores.sum(dim=-1).to(logp.device) == 1.0,
     }
+
+
+def _apo_inputs(model_output: dict, data: Any, k: int) -> dict:
+    """APO's per-token inputs (:data:`sagerl.objective.apo.INPUTS`), (B, T, K), from the engine's output; on-policy,
+    π_old's log-probs of the Safe Manifold are this forward's, detached."""
+    if APO_MANIFOLD.format(0) not in model_output:
+        raise ConfigError(
+            "APO: the actor's forward returned no Safe Manifold log-probs (verl's top-K hook did not run: "
+            "is SAGETrainingWorker the actor's worker?)"
+        )
+    manifold = torch.stack(
+        [no_padding_2_padding(model_output[APO_MANIFOLD.format(j)], data) for j in range(k)], dim=-1
+    )
+    return {"manifold_logp": manifold, "old_manifold_logp": manifold.detach()}
 
 
 _warned_on_policy = False

@@ -27,6 +27,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker, p
 from sagerl.errors import ConfigError
 from sagerl.integrations.verl.config import VOCABULARY_TERMS, check_actor_config, is_sage
 from sagerl.integrations.verl.loss import sage_ppo_loss
+from sagerl.integrations.verl.reference import REFERENCE_TOPK, SAGEReferenceWorker
 
 
 def sage_loss_fn(loss_fn):
@@ -67,6 +68,9 @@ class SAGETrainingWorker(TrainingWorker):
                 "this actor trains with SAGE (loss_mode=sage); a loss without SAGE was set on it"
             )
         self._sage_actor = _is_sage(loss_fn)
+        settings = loss_fn.keywords["config"].policy_loss if self._sage_actor else None
+        # APO: this process's reference pass keeps the reference's top-K for the loss (sagerl.integrations.verl.reference)
+        REFERENCE_TOPK.request(settings.apo_top_k if settings and settings.policy_term == "apo" else None)
         super().set_loss_fn(loss_fn)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
@@ -104,19 +108,26 @@ def _bypassed(*args, **kwargs):
 
 
 def use_sage_worker() -> None:
-    """Set ``ActorRolloutRefWorker.actor_worker_cls`` to :class:`SAGETrainingWorker` (idempotent), and register
-    ``loss_mode=sage`` in verl's policy-loss registry as a guard that raises if anything bypasses it.
+    """Set ``ActorRolloutRefWorker.actor_worker_cls`` to :class:`SAGETrainingWorker` and ``ref_worker_cls`` to
+    :class:`~sagerl.integrations.verl.reference.SAGEReferenceWorker` (idempotent; both are verl's ``TrainingWorker``
+    for any actor that does not train with SAGE's APO), and register ``loss_mode=sage`` in verl's policy-loss
+    registry as a guard that raises if anything bypasses it.
 
     Raises:
-        ConfigError: another plugin already replaced ``actor_worker_cls``.
+        ConfigError: another plugin already replaced ``actor_worker_cls`` or ``ref_worker_cls``.
     """
-    current = ActorRolloutRefWorker.actor_worker_cls
-    if current is not SAGETrainingWorker:
+    for attribute, ours in (
+        ("actor_worker_cls", SAGETrainingWorker),
+        ("ref_worker_cls", SAGEReferenceWorker),
+    ):
+        current = getattr(ActorRolloutRefWorker, attribute)
+        if current is ours:
+            continue
         if current is not TrainingWorker:
             raise ConfigError(
-                f"verl's ActorRolloutRefWorker.actor_worker_cls is {current.__qualname__}, not TrainingWorker: "
+                f"verl's ActorRolloutRefWorker.{attribute} is {current.__qualname__}, not TrainingWorker: "
                 "another plugin replaced it"
             )
-        ActorRolloutRefWorker.actor_worker_cls = SAGETrainingWorker
+        setattr(ActorRolloutRefWorker, attribute, ours)
     if "sage" not in POLICY_LOSS_REGISTRY:
         register_policy_loss("sage")(_bypassed)

@@ -99,10 +99,9 @@ def test_plain_grpo_is_untouched():
         ("policy_term:simko,simko_top_k:0", "actor.policy_loss.simko_top_k=0 must be"),
         ("policy_term:simko,simko_neg_scale:0", "actor.policy_loss.simko_neg_scale=0 must be"),
         ("policy_term:flowrl", "policy_term='flowrl' is not available in verl: FlowRL trains a log Z head"),
-        (  # APO reads the reference's top-K tokens, which verl's reference worker does not return
-            "policy_term:apo",
-            "policy_term='apo' is not available in verl: APO reads the reference model's top-K tokens",
-        ),
+        ("policy_term:apo,apo_top_k:0", "actor.policy_loss.apo_top_k=0 must be"),
+        ("policy_term:apo,apo_lambda:0", "actor.policy_loss.apo_lambda=0 must be"),
+        ("policy_term:apo,apo_beta:-0.1", "actor.policy_loss.apo_beta=-0.1 must be"),
     ],
 )
 def test_bad_sage_fields_fail_in_the_driver(fields, message):
@@ -170,9 +169,11 @@ def test_wrong_verl_version_fails_at_startup_and_leaves_verl_alone(monkeypatch, 
     monkeypatch.setattr(verl, "__version__", "0.8.2")
     assert "found verl 0.8.2" in startup_error([*readme_overrides()])
     monkeypatch.setattr(ActorRolloutRefWorker, "actor_worker_cls", TrainingWorker)
+    monkeypatch.setattr(ActorRolloutRefWorker, "ref_worker_cls", TrainingWorker)
     with caplog.at_level(logging.WARNING):
         assert plugin.install() is False
     assert ActorRolloutRefWorker.actor_worker_cls is TrainingWorker
+    assert ActorRolloutRefWorker.ref_worker_cls is TrainingWorker
     assert "found verl 0.8.2" in caplog.text
 
 

@@ -51,6 +51,32 @@ def test_the_one_replaced_name():
     assert "loss_function=self.loss_fn" in inspect.getsource(TrainingWorker.train_batch)
 
 
+def test_the_top_k_hook_simko_and_apo_use():
+    """SimKO and APO read the vocabulary through the FSDP engine's top-K hook: with ``distillation_use_topk`` on a
+    micro-batch, the engine calls the loss function with the logits (student_logits) and keeps what it returns in
+    model_output; APO's reference pass runs in the reference worker built from ``ref_worker_cls``."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    from sagerl.integrations.verl.reference import SAGEReferenceWorker
+
+    assert ActorRolloutRefWorker.ref_worker_cls is SAGEReferenceWorker
+    assert SAGEReferenceWorker.__bases__ == (TrainingWorker,)
+    assert "self.ref = self.ref_worker_cls(config=ref_training_config)" in inspect.getsource(
+        ActorRolloutRefWorker.init_model
+    )
+    outputs = inspect.getsource(FSDPEngineWithLMHead.prepare_model_outputs)
+    assert 'key="distillation_use_topk"' in outputs
+    assert "logits_processor_func(student_logits=logits_rmpad.unsqueeze(0), data=micro_batch)" in outputs
+    assert "model_output[k] = torch.nested.nested_tensor_from_jagged(v, cu_seqlens)" in outputs
+    step = inspect.getsource(FSDPEngineWithLMHead.forward_step)
+    assert "logits_processor_func=loss_function" in step
+    infer = inspect.getsource(TrainingWorker.infer_batch)
+    assert "loss_function = self.loss_fn if compute_loss else None" in infer
+    # the trainer runs the reference pass before the actor's update, in the same worker when colocated
+    assert "compute_ref_log_prob(batch_td)" in inspect.getsource(RayPPOTrainer._compute_ref_log_prob)
+
+
 def test_the_loss_function_contract():
     assert _params(losses.ppo_loss) == ["config", "model_output", "data", "dp_group"]
     source = inspect.getsource(losses.ppo_loss)
