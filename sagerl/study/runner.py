@@ -38,6 +38,7 @@ from sagerl.atomic_files import atomic_write_text
 from sagerl.determinism import fixed_threads, machine_record
 from sagerl.errors import ConfigError, first_line
 from sagerl.kernels import CANONICAL, active_mode, effective_mode, environment
+from sagerl.run_lock import RunFolderLockedError
 from sagerl.study.folders import CELL_FILE, REFERENCE, read_cell_status, reference_folder, study_folder
 from sagerl.study.spec import Cell, Study
 
@@ -234,7 +235,8 @@ def _earlier_calls(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
     """Train and evaluate one cell with the study's threads; returns (and writes) its status. Never raises
-    for a failing cell (except KeyboardInterrupt).
+    for a failing cell (except KeyboardInterrupt). A cell whose folder another process holds (a study still
+    running it) is returned with status ``busy`` and its records are left to that process.
 
     ``cell.json``'s ``train_s``, ``eval_s`` and ``total_s`` are sums over every call that ran the cell
     (``calls``: each one's times, status and machine), so a cell resumed after a failure or a kill reports
@@ -282,12 +284,16 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
             )
         this["eval_s"] = round(time.perf_counter() - stage_started, 2)
         state = "ok"
+    except RunFolderLockedError as exc:  # another process runs this cell now: its records are its own
+        return {**status, "status": "busy", "error": f"{type(exc).__name__}: {first_line(exc)}"}
     except Exception as exc:  # a failing cell is reported, and the study goes on
         this[stage] = round(time.perf_counter() - stage_started, 2)
         state = "failed"
         status["error"] = f"{type(exc).__name__}: {first_line(exc)}"
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / "error.txt", traceback.format_exc())
+    if state == "ok":
+        (folder / "error.txt").unlink(missing_ok=True)  # an earlier call's failure, now resolved
     record(state)
     return status
 

@@ -69,7 +69,10 @@ def test_a_cell_resumed_after_a_failure_sums_the_times_of_both_calls(tmp_path, f
     fake_runs.eval = [(100.0, RuntimeError("engine died")), (50.0, None)]
     first = runner.run_cell(study, out, study.cells[0])
     assert first["status"] == "failed" and (first["train_s"], first["eval_s"]) == (500.0, 100.0)
+    error_file = out / study.cells[0].folder / "error.txt"
+    assert "engine died" in error_file.read_text()
     second = runner.run_cell(study, out, study.cells[0])
+    assert not error_file.exists()  # resolved: a finished cell carries no stale traceback
     recorded = cell_json(out, study)
     assert recorded == second and recorded["status"] == "ok" and "error" not in recorded
     assert (recorded["train_s"], recorded["eval_s"], recorded["total_s"]) == (503.0, 150.0, 653.0)
@@ -111,3 +114,25 @@ def test_a_cell_json_from_before_calls_were_recorded_counts_as_one_call(tmp_path
     runner.run_cell(study, out, study.cells[0])
     recorded = cell_json(out, study)
     assert (recorded["train_s"], recorded["eval_s"], recorded["total_s"]) == (482.5, 300.0, 792.0)
+
+
+def test_a_cell_another_process_is_running_is_left_to_it(tmp_path, fake_runs, monkeypatch):
+    """A study started while an earlier one still runs a cell (its folder locked) reports the cell busy and
+    writes neither ``cell.json`` nor ``error.txt``: the running process's records stay its own (2026-12-05: a
+    restarted study marked two cells failed, with a traceback, that the earlier run then finished)."""
+    from sagerl.run_lock import RunFolderLockedError
+
+    study = parse_study(SPEC, "t.yaml")
+    out = tmp_path / "out"
+    folder = out / study.cells[0].folder
+    folder.mkdir(parents=True)
+    theirs = {"status": "running", "error": runner.RUNNING_ERROR, "train_s": 20.0, "total_s": 20.0}
+    (folder / "cell.json").write_text(json.dumps(theirs))
+
+    def locked(preset, overrides, folder, quiet=True):
+        raise RunFolderLockedError(f"{folder} is in use by another sagerl run (pid 1)")
+
+    monkeypatch.setattr(sagerl.train.run, "train", locked)
+    status = runner.run_cell(study, out, study.cells[0])
+    assert status["status"] == "busy" and "in use by another sagerl run" in status["error"]
+    assert cell_json(out, study) == theirs and not (folder / "error.txt").exists()
