@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -96,11 +97,15 @@ def test_every_setting_is_a_sage_config_field_with_its_default_help_and_range():
     from sagerl.train.config import NUMERIC_RANGES
 
     fields = {f.name: f for f in dataclasses.fields(SAGEConfig)}
+    hints = typing.get_type_hints(SAGEConfig)
     assert len(METHOD_SETTINGS) >= 15
     base = dict(output_dir="/tmp/unused", use_cpu=True)
     for name, s in METHOD_SETTINGS.items():
         f = fields[name]
-        assert (f.type, f.default, f.metadata["help"]) == (s.type, s.default, s.help), name
+        # compared as resolved types: transformers' HfArgumentParser replaces a dataclass field's string
+        # annotation by the type it names (f.type is 'int' before any parser is built, int after)
+        declared = typing.get_type_hints(type("Declared", (), {"__annotations__": {"x": s.type}}))["x"]
+        assert (hints[name], f.default, f.metadata["help"]) == (declared, s.default, s.help), name
         if isinstance(s.allowed, Range):
             assert NUMERIC_RANGES[name] == s.allowed, name
             for bad in s.allowed.just_outside():
