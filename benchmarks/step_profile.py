@@ -31,7 +31,9 @@ shared, the rollouts' prefill not; ``-static``: ``rollout_decoder='static'``, sa
 dtype alone is the same; ``-generate``: ``rollout_decoder='transformers'``, as ``-nogen`` and ``-noshare``; ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
 x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
 warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
-``-spgN`` the mean over its steps (only one step in N samples); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
+``-spgN`` the mean over its steps (only one step in N samples); ``@PRESET`` trains that preset instead of the demo's
+``grpo+branch`` with the demo's other settings (``bfloat16@grpo,bfloat16@simko,bfloat16@apo``: each method's step
+against GRPO's on a real vocabulary); the ratios are to the first variant. Run on an idle machine (two torch processes on 2 cores slow each other about tenfold).
 Prints a markdown table per variant and the step-time ratios.
 """
 
@@ -113,6 +115,7 @@ def child(variant: str, steps: int, out: str) -> dict:
     from sagerl.train.run import build_dataset, build_trainer_config, resolve_config
     from sagerl.train.trainer import SAGETrainer
 
+    variant, _, preset = variant.partition("@")
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
     spg = int(option[3:]) if option.startswith("spg") and option[3:].isdigit() else 1
@@ -128,7 +131,7 @@ def child(variant: str, steps: int, out: str) -> dict:
     elif option in ("generate", "nogen", "noshare"):  # transformers' generate (the demo's default is static)
         overrides["rollout_decoder"] = "transformers"
     overrides.update(save_strategy="no", report_to="none")
-    resolved = resolve_config(PRESET, overrides)
+    resolved = resolve_config(preset or PRESET, overrides)
     args = build_trainer_config(resolved, out)
     model = resolve_model(None)
     trainer = SAGETrainer(
@@ -261,7 +264,8 @@ def main() -> None:
         "--dtypes",
         default="float32,bfloat16",
         help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off), -noshare "
-        "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static'), -generate (transformers') or -spgN",
+        "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static'), -generate (transformers') or -spgN; "
+        "@PRESET trains that preset (default grpo+branch)",
     )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))
     args = parser.parse_args()

@@ -1,0 +1,116 @@
+"""The weight reads of one decode step, kernel by kernel: which CPU matmul reads SmolLM2-135M's weights fastest at
+the demo's batch (8 rows), side by side in one process.
+
+A decode step of the static sampler (``sagerl.eval.static_decoder``) at 8 rows is its linears' weight reads plus
+small ops. Fewer weight bytes per step is the lever the sampler issue names (int8 rollout weights with an
+importance-sampling correction); it pays only if a kernel reads int8 weights faster than oneDNN reads bfloat16 ones.
+For each linear shape of the model (per layer: the fused q/k/v, o, the fused gate/up, down; and the LM head), this
+times, in rounds A B C A B C after a warm-up:
+
+- ``float32-mkl``: MKL's packed float32 linear (``torch.ops.mkl._mkl_linear``, the static decoder's float32 path);
+- ``bfloat16-onednn``: oneDNN's packed bfloat16 linear (``torch.ops.mkldnn._linear_pointwise``, its bfloat16 path);
+- ``int8``: torch's int8 weight-only matmul (``torch.ops.aten._weight_int8pack_mm``, bfloat16 activations, one
+  scale per output row: what torchao's int8 weight-only quantisation calls on a CPU);
+
+and prints per shape the median µs and the weight-read bandwidth (weight bytes / time), then one step's sum (30
+layers + the head) and each kernel's ratio to ``bfloat16-onednn``.
+
+    .venv/bin/python benchmarks/linear_kernels.py              # 8 rows, 2 threads, 3 rounds
+    .venv/bin/python benchmarks/linear_kernels.py --rows 32
+
+Run it on an idle machine: another torch process on the same cores slows the kernels unevenly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+HIDDEN, INTERMEDIATE, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
+SHAPES = {  # name: (out, in) of SmolLM2-135M's linears, the static decoder's fused ones
+    "qkv": (HIDDEN + 2 * KV, HIDDEN),
+    "o": (HIDDEN, HIDDEN),
+    "gate_up": (2 * INTERMEDIATE, HIDDEN),
+    "down": (HIDDEN, INTERMEDIATE),
+    "head": (VOCAB, HIDDEN),
+}
+
+
+def kernels(weight, rows: int) -> dict:
+    """name -> (call, weight bytes) for one (out, in) float32 weight."""
+    import torch
+
+    out = {}
+    x32 = torch.randn(rows, weight.size(1))
+    x16 = x32.bfloat16()
+    if torch.backends.mkl.is_available():
+        packed32 = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        out["float32-mkl"] = (
+            lambda: torch.ops.mkl._mkl_linear(x32, packed32, weight, None, rows),
+            weight.numel() * 4,
+        )
+    w16 = weight.bfloat16()
+    packed16 = torch.ops.mkldnn._reorder_linear_weight(w16, rows)
+    out["bfloat16-onednn"] = (
+        lambda: torch.ops.mkldnn._linear_pointwise(x16, packed16, None, "none", [], ""),
+        weight.numel() * 2,
+    )
+    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+    w8 = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+    s16 = scales.bfloat16()
+    out["int8"] = (
+        lambda: torch.ops.aten._weight_int8pack_mm(x16, w8, s16),
+        weight.numel() + scales.numel() * 2,
+    )
+    return out
+
+
+def timed(call, repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        call()
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=8, help="batch rows (the demo's decode batch: 8)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(
+        f"{torch.__version__}, {args.threads} threads, {args.rows} rows, ISA {torch.backends.cpu.get_cpu_capability()}"
+    )
+    step: dict[str, float] = {}
+    for name, (n_out, n_in) in SHAPES.items():
+        weight = torch.randn(n_out, n_in) * 0.02
+        calls = kernels(weight, args.rows)
+        repeat = 20 if name == "head" else 200
+        for call, _ in calls.values():  # warm-up: packing, first-touch of the weights
+            timed(call, 5)
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(args.rounds):
+            for kernel, (call, _) in calls.items():
+                times[kernel].append(timed(call, repeat))
+        cells = []
+        for kernel, (_, size) in calls.items():
+            us = statistics.median(times[kernel])
+            step[kernel] = step.get(kernel, 0.0) + us * (1 if name == "head" else LAYERS)
+            cells.append(f"{kernel} {us:8.1f} µs {size / us / 1e3:5.1f} GB/s")
+        print(f"{name:8s} {n_out:5d}x{n_in:4d}  " + "  ".join(cells))
+    base = step["bfloat16-onednn"]
+    print(
+        "one decode step's linears (30 layers + head): "
+        + ", ".join(f"{k} {v / 1e3:.2f} ms ({v / base:.2f}x bfloat16-onednn)" for k, v in step.items())
+    )
+
+
+if __name__ == "__main__":
+    main()
