@@ -535,8 +535,24 @@ class SAGETrainer(GRPOTrainer):
         instead of G·(P + T).
 
         Applies to a single process's forward pass of a causal LM with neither gradient checkpointing nor
-        multimodal inputs, when some rows share a prompt; skipped otherwise.
+        multimodal inputs, when some rows share a prompt (:meth:`_shared_prefix_groups`); skipped otherwise.
         """
+        new_group = self._shared_prefix_groups(model, input_ids, attention_mask, logits_to_keep, kwargs)
+        if new_group is None:
+            return None
+        logps, entropies = [], []
+        for out, _ in self._shared_prefix_chunks(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, new_group
+        ):
+            logps.append(out.log_probs[:, -logits_to_keep:])
+            if compute_entropy:
+                entropies.append(out.entropy[:, -logits_to_keep:])
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def _shared_prefix_groups(self, model, input_ids, attention_mask, logits_to_keep, kwargs):
+        """Where the shared-prefix pass applies (``share_prompt_prefix``, one process, text only, no gradient
+        checkpointing, a prompt of at least 2 tokens), whether each row starts a new group ((B,) bool: its prompt
+        tokens or mask differ from the row above's); None where it does not apply or no two rows share a prompt."""
         if not self.args.share_prompt_prefix or self.accelerator.num_processes != 1:
             return None
         if any(value is not None for value in kwargs.values() if value is not False):
@@ -548,16 +564,37 @@ class SAGETrainer(GRPOTrainer):
         prompts, prompt_mask = input_ids[:, :prompt_len], attention_mask[:, :prompt_len]
         new_group = torch.ones(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
         new_group[1:] = (prompts[1:] != prompts[:-1]).any(1) | (prompt_mask[1:] != prompt_mask[:-1]).any(1)
-        if bool(new_group.all()):
-            return None  # no two rows share a prompt
+        return None if bool(new_group.all()) else new_group
+
+    def _shared_prefix_chunks(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size,
+        new_group,
+        vocabulary=False,
+        prompt_hidden=False,
+    ):
+        """The shared-prefix forward pass (:meth:`_shared_prefix_logps`), in chunks of ``batch_size`` rows (all rows
+        when None): yields, per chunk, the model's output over each row's last prompt token and its T =
+        ``logits_to_keep`` completion tokens, and the prompt's last hidden states ((rows, P, H), when
+        ``prompt_hidden``, which needs ``vocabulary``; else None).
+
+        The output is TRL's fused LM head's (``log_probs``, ``entropy`` of the completion tokens) or, with
+        ``vocabulary``, the plain forward's: ``logits`` (rows, T + 1, V), the first T of which predict the
+        completion tokens, for the losses that read the whole next-token distribution (SimKO, APO, FlowRL)."""
         from transformers import DynamicCache
 
         from sagerl.eval.samplers import cache_argument
 
+        unwrapped = self.accelerator.unwrap_model(model)
         cache_key = cache_argument(unwrapped)
+        prompt_len = input_ids.size(1) - logits_to_keep
+        prompts, prompt_mask = input_ids[:, :prompt_len], attention_mask[:, :prompt_len]
         rows = input_ids.size(0)
         batch_size = batch_size or rows
-        logps, entropies = [], []
         for start in range(0, rows, batch_size):
             end = min(start + batch_size, rows)
             starts = new_group[start:end].clone()
@@ -567,32 +604,92 @@ class SAGETrainer(GRPOTrainer):
             cache = DynamicCache(config=unwrapped.config)
             prefix = prompts[first, :-1]
             prefix_mask = prompt_mask[first, :-1]
+            suffix = input_ids[start:end, prompt_len - 1 :]
             with self.accelerator.autocast():
-                model(
-                    input_ids=prefix,
-                    attention_mask=prefix_mask,
-                    labels=torch.full_like(prefix, -100),
-                    fused_lm_head=True,
-                    **{cache_key: cache},
-                )  # fills the cache (the LM head's outputs are not used)
+                if vocabulary:  # the plain forward, its LM head over one position only
+                    head = model(
+                        input_ids=prefix,
+                        attention_mask=prefix_mask,
+                        logits_to_keep=1,
+                        output_hidden_states=prompt_hidden,
+                        **{cache_key: cache},
+                    )
+                else:
+                    model(
+                        input_ids=prefix,
+                        attention_mask=prefix_mask,
+                        labels=torch.full_like(prefix, -100),
+                        fused_lm_head=True,
+                        **{cache_key: cache},
+                    )  # fills the cache (the LM head's outputs are not used)
                 cache.batch_select_indices(group)
-                suffix = input_ids[start:end, prompt_len - 1 :]
-                labels = suffix.masked_fill(attention_mask[start:end, prompt_len - 1 :] == 0, -100)
+                if vocabulary:
+                    out = model(
+                        input_ids=suffix,
+                        attention_mask=attention_mask[start:end],
+                        output_hidden_states=prompt_hidden,
+                        **{cache_key: cache},
+                    )
+                else:
+                    labels = suffix.masked_fill(attention_mask[start:end, prompt_len - 1 :] == 0, -100)
+                    out = model(
+                        input_ids=suffix,
+                        attention_mask=attention_mask[start:end],
+                        labels=labels,
+                        fused_lm_head=True,
+                        **{cache_key: cache},
+                    )
+            hidden = None
+            if prompt_hidden:  # the prefix's, one per row of its group, then the last prompt token's
+                hidden = torch.cat([head.hidden_states[-1][group], out.hidden_states[-1][:, :1]], dim=1)
+            yield out, hidden
+
+    def _completion_logits(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, prompt_hidden=False
+    ):
+        """The plain forward pass's logits at the T = ``logits_to_keep`` positions that predict the completion tokens,
+        for the losses that read the whole next-token distribution (SimKO, APO, FlowRL), in chunks of ``batch_size``
+        rows (all rows when None). Yields per chunk (its first row, logits (rows, T, V) in the autocast dtype,
+        before the temperature, and the prompt's last hidden states (rows, P, H) when ``prompt_hidden``, else None).
+
+        Each prompt runs once for its group where the shared-prefix pass applies (:meth:`_shared_prefix_groups`: the
+        same logits up to float rounding, P + G·(T + 1) token positions for a group instead of G·(P + T)); each row
+        whole otherwise."""
+        new_group = self._shared_prefix_groups(model, input_ids, attention_mask, logits_to_keep, {})
+        prompt_len = input_ids.size(1) - logits_to_keep
+        if new_group is not None:
+            start = 0
+            for out, hidden in self._shared_prefix_chunks(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                new_group,
+                vocabulary=True,
+                prompt_hidden=prompt_hidden,
+            ):
+                yield start, out.logits[:, :-1], hidden
+                start += out.logits.size(0)
+            return
+        rows = input_ids.size(0)
+        batch_size = batch_size or rows
+        for start in range(0, rows, batch_size):
+            end = min(start + batch_size, rows)
+            with self.accelerator.autocast():
                 out = model(
-                    input_ids=suffix,
+                    input_ids=input_ids[start:end],
                     attention_mask=attention_mask[start:end],
-                    labels=labels,
-                    fused_lm_head=True,
-                    **{cache_key: cache},
+                    logits_to_keep=logits_to_keep + 1,
+                    output_hidden_states=prompt_hidden,
                 )
-            logps.append(out.log_probs[:, -logits_to_keep:])
-            if compute_entropy:
-                entropies.append(out.entropy[:, -logits_to_keep:])
-        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+            hidden = out.hidden_states[-1][:, :prompt_len] if prompt_hidden else None
+            yield start, out.logits[:, :-1][:, -logits_to_keep:], hidden
 
     def _reference_topk_forward(self, model, input_ids, attention_mask, logits_to_keep, batch_size, kwargs):
         """The reference forward pass TRL runs (``beta > 0``), for APO: the same pass as a plain forward over the
-        vocabulary (TRL's fused LM head returns no top-K), in chunks of ``batch_size`` rows, under no gradient. Returns
+        vocabulary (TRL's fused LM head returns no top-K; :meth:`_completion_logits`, each prompt once per group
+        where ``share_prompt_prefix`` applies), in chunks of ``batch_size`` rows, under no gradient. Returns
         TRL's (log-probs (B, T), entropies (B, T), None) of the T = ``logits_to_keep`` completion tokens at the sampling
         temperature, float32, nats, and keeps in ``_ref_topk`` the reference's ``apo_top_k`` most likely token ids at
         each position (B, T, K) and their probabilities (B, T, K): APO's Safe Manifold.
@@ -602,22 +699,15 @@ class SAGETrainer(GRPOTrainer):
         """
         if any(value is not None for value in kwargs.values() if value is not False):
             raise ConfigError("policy_loss='apo' supports text-only models without an MoE auxiliary loss")
-        rows = input_ids.size(0)
-        batch_size = batch_size or rows
         logps, entropies, ids, probs = [], [], [], []
+        completion = input_ids[:, -logits_to_keep:]
         with torch.no_grad():
-            for start in range(0, rows, batch_size):
-                end = min(start + batch_size, rows)
-                with self.accelerator.autocast():
-                    out = model(
-                        input_ids=input_ids[start:end],
-                        attention_mask=attention_mask[start:end],
-                        logits_to_keep=logits_to_keep + 1,
-                    )
-                logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
-                logprobs = torch.log_softmax(logits, dim=-1)
-                completion = input_ids[start:end, -logits_to_keep:]
-                logps.append(logprobs.gather(-1, completion.unsqueeze(-1)).squeeze(-1))
+            for start, logits, _ in self._completion_logits(
+                model, input_ids, attention_mask, logits_to_keep, batch_size
+            ):
+                logprobs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+                rows = completion[start : start + logits.size(0)]
+                logps.append(logprobs.gather(-1, rows.unsqueeze(-1)).squeeze(-1))
                 entropies.append(-(logprobs.exp() * logprobs).sum(dim=-1))
                 top = logprobs.topk(self.args.apo_top_k, dim=-1)
                 ids.append(top.indices)
@@ -1122,11 +1212,13 @@ class SAGETrainer(GRPOTrainer):
         logits_to_keep,
         compute_aux_loss,
         extra,
-        **forward_kwargs,
+        prompt_hidden=False,
     ):
-        """One plain forward pass of the policy for a loss that reads the whole next-token distribution (SimKO,
-        FlowRL): ``(output, log-probs (B, T, V), the sampled tokens' log-probs (B, T), entropies (B, T))`` over the
-        T = ``logits_to_keep`` completion positions, at the sampling temperature, in float32 (nats).
+        """One forward pass of the policy for a loss that reads the whole next-token distribution (SimKO, APO,
+        FlowRL), each prompt once per group where ``share_prompt_prefix`` applies (:meth:`_completion_logits`):
+        ``(the prompt's last hidden states (B, P, H) when prompt_hidden else None, log-probs (B, T, V), the sampled
+        tokens' log-probs (B, T), entropies (B, T))`` over the T = ``logits_to_keep`` completion positions, at the
+        sampling temperature, in float32 (nats).
 
         Raises:
             ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
@@ -1135,18 +1227,17 @@ class SAGETrainer(GRPOTrainer):
             raise ConfigError(
                 f"policy_loss='{loss_name}' supports text-only models without an MoE auxiliary loss"
             )
-        with self.accelerator.autocast():
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                logits_to_keep=logits_to_keep + 1,
-                **forward_kwargs,
+        chunks = list(
+            self._completion_logits(
+                model, input_ids, attention_mask, logits_to_keep, prompt_hidden=prompt_hidden
             )
-        logits = out.logits[:, :-1][:, -logits_to_keep:].float() / self.temperature
+        )
+        logits = torch.cat([c[1] for c in chunks]).float() / self.temperature
+        hidden = torch.cat([c[2] for c in chunks]) if prompt_hidden else None
         logprobs = torch.log_softmax(logits, dim=-1)
         logps = logprobs.gather(-1, input_ids[:, -logits_to_keep:].unsqueeze(-1)).squeeze(-1)
         entropies = -(logprobs.exp() * logprobs).sum(dim=-1)
-        return out, logprobs, logps, entropies
+        return hidden, logprobs, logps, entropies
 
     def _simko_forward(
         self,
@@ -1222,12 +1313,12 @@ class SAGETrainer(GRPOTrainer):
         """The policy's forward pass of the loss for FlowRL: the sampled tokens' log-probs and the entropies, and from
         the same pass log Z(x) of each row's prompt (``flowrl_log_z`` of the mean of the prompt's last hidden states,
         with gradient; kept in ``_flowrl_log_z``). TRL's fused LM head returns no hidden states, so this pass is a
-        plain forward (one, as TRL's).
+        plain forward (one, as TRL's; each prompt once per group where ``share_prompt_prefix`` applies).
 
         Raises:
             ConfigError: multimodal inputs or an MoE auxiliary loss (TRL's own pass handles those).
         """
-        out, _, logps, entropies = self._vocabulary_forward(
+        hidden, _, logps, entropies = self._vocabulary_forward(
             "flowrl",
             model,
             input_ids,
@@ -1235,11 +1326,10 @@ class SAGETrainer(GRPOTrainer):
             logits_to_keep,
             compute_aux_loss,
             kwargs,
-            output_hidden_states=True,
+            prompt_hidden=True,
         )
         prompt_len = input_ids.size(1) - logits_to_keep
         head = self.accelerator.unwrap_model(model).flowrl_log_z
-        hidden = out.hidden_states[-1][:, :prompt_len]
         self._flowrl_log_z = head(
             hidden.to(next(head.parameters()).dtype), attention_mask[:, :prompt_len]
         ).float()

@@ -35,7 +35,8 @@ def test_apo_reads_the_reference_top_k_from_the_one_reference_pass(tiny_model, t
     hook.remove()
     rows = inputs["completion_ids"].shape[0]
     chunks = -(-rows // args.per_device_train_batch_size)
-    assert len(calls) == chunks  # one pass over the rows, in TRL's chunks
+    # one pass over the rows, in TRL's chunks: each chunk's prompts once (the shared prefix), then its rows' completions
+    assert len(calls) == 2 * chunks
     assert inputs["ref_topk_ids"].shape == (*inputs["completion_ids"].shape, K)
 
     from transformers import AutoModelForCausalLM
@@ -55,7 +56,9 @@ def test_apo_reads_the_reference_top_k_from_the_one_reference_pass(tiny_model, t
     hook = policy.register_forward_hook(lambda module, inp, out: policy_calls.append(1))
     loss = trainer.compute_loss(policy, inputs)
     hook.remove()
-    assert len(policy_calls) == 1  # the loss's own forward pass, as TRL's
+    assert (
+        len(policy_calls) == 2
+    )  # the loss's own forward pass, as TRL's: the prompts once, then the completions
     loss.backward()
     grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
     policy.zero_grad()

@@ -140,3 +140,54 @@ def test_generation_prefix_sharing_applies_to_repeated_text_prompts_only(tiny_mo
     assert not trainer._shares_generation_prefix(prompt_ids, None, {"pixel_values": torch.ones(1)})
     trainer.args.share_generation_prefix = False
     assert not trainer._shares_generation_prefix(prompt_ids, None, {})
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])  # 3: chunks that cut a group
+def test_the_vocabulary_pass_shares_each_prompt_with_the_same_logits_hidden_states_and_gradient(
+    tiny_model, tmp_path, batch_size
+):
+    """The losses that read the whole next-token distribution (SimKO, APO, FlowRL) get the plain forward's
+    completion logits and prompt hidden states, and the same gradient, with each prompt run once per group."""
+    trainer, _ = make_trainer(tiny_model, tmp_path)
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
+        trainer.processing_class, torch.Generator().manual_seed(2)
+    )
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    width = completion_ids.shape[1]
+    results = {}
+    for share in (False, True):
+        trainer.args.share_prompt_prefix = share
+        trainer.model.zero_grad()
+        calls: list[int] = []
+        forward = trainer.model.forward
+
+        def counting(*a, calls=calls, forward=forward, **k):
+            calls.append(k["input_ids"].numel())
+            return forward(*a, **k)
+
+        trainer.model.forward = counting
+        try:
+            chunks = list(
+                trainer._completion_logits(trainer.model, ids, mask, width, batch_size, prompt_hidden=True)
+            )
+        finally:
+            trainer.model.forward = forward
+        assert [c[0] for c in chunks] == list(range(0, ids.shape[0], batch_size or ids.shape[0]))
+        logits = torch.cat([c[1] for c in chunks]).float()
+        hidden = torch.cat([c[2] for c in chunks]).float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        loss = (logprobs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * completion_mask).sum()
+        loss = loss + (hidden * prompt_mask.unsqueeze(-1)).square().mean()  # FlowRL's log Z reads these
+        loss.backward()
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        results[share] = (logits.detach(), hidden.detach(), grad, sum(calls))
+    (l0, h0, g0, tokens0), (l1, h1, g1, tokens1) = results[False], results[True]
+    valid, prompt = completion_mask.bool(), prompt_mask.bool()
+    assert l1.shape == l0.shape == (*completion_ids.shape, trainer.model.config.vocab_size)
+    torch.testing.assert_close(l1[valid], l0[valid], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(h1[prompt], h0[prompt], rtol=1e-4, atol=1e-4)
+    assert float((g1 - g0).norm() / g0.norm()) < 1e-5
+    assert tokens0 == ids.numel()
+    groups = 2 if batch_size is None else 4
+    assert tokens1 == groups * (prompt_ids.shape[1] - 1) + ids.shape[0] * (width + 1)
