@@ -531,7 +531,7 @@ class SAGETrainer(GRPOTrainer):
         gradients into it), then the last prompt token and the completion run per row, at the positions the full
         sequence gives them. The log-probs are those of the full forward pass up to float rounding (a test
         checks them and the gradient against TRL's), the LM head runs over the completion positions only, and a
-        group of G rollouts of a P-token prompt and T-token completions costs P + G·(T + 1) token positions
+        group of G rollouts of a P-token prompt and T-token completions costs (P − 1) + G·(T + 1) token positions
         instead of G·(P + T).
 
         Applies to a single process's forward pass of a causal LM with neither gradient checkpointing nor
@@ -653,7 +653,7 @@ class SAGETrainer(GRPOTrainer):
         before the temperature, and the prompt's last hidden states (rows, P, H) when ``prompt_hidden``, else None).
 
         Each prompt runs once for its group where the shared-prefix pass applies (:meth:`_shared_prefix_groups`: the
-        same logits up to float rounding, P + G·(T + 1) token positions for a group instead of G·(P + T)); each row
+        same logits up to float rounding, (P − 1) + G·(T + 1) token positions for a group instead of G·(P + T)); each row
         whole otherwise."""
         new_group = self._shared_prefix_groups(model, input_ids, attention_mask, logits_to_keep, {})
         prompt_len = input_ids.size(1) - logits_to_keep

@@ -29,9 +29,9 @@ verl trainer (v0, v1 sync and async) builds the actor's training worker, becomes
 actor's config says ``loss_mode=sage`` (and is verl's own class otherwise). Compared with replacing
 ``engine_workers.ppo_loss`` (the feasibility probe's way), it checks the actor's settings in ``init_model``
 rather than at the first step, and it also catches ``set_loss_fn`` calls and on-policy distillation, which
-would bypass SAGE. For APO (``policy_term=apo``) a second class attribute, ``ref_worker_cls``, becomes
-:class:`~.reference.SAGEReferenceWorker`: the reference pass then also keeps the reference's top-K tokens for the
-actor's loss in the same process (verl's own ``TrainingWorker`` for every other actor). The replacement happens only for verl versions in :data:`TESTED_VERL`, and
+would bypass SAGE. A second class attribute, ``ref_worker_cls``, becomes :class:`~.reference.SAGEReferenceWorker`:
+for APO (``policy_term=apo``) its reference pass also keeps the reference's top-K tokens for the actor's loss in
+the same process; for every other actor it is verl's own ``TrainingWorker``. The replacement happens only for verl versions in :data:`TESTED_VERL`, and
 tests/integrations/verl/test_verl_contract.py checks every verl internal it relies on.
 
 Start-up errors (:class:`sagerl.errors.ConfigError`, one line): in the driver, SAGE's fields, a guide that

@@ -56,7 +56,7 @@ NUMERIC_RANGES: dict[str, Range] = {
     },
     "kl_log_ratio_clip": Range(0.0, low_open=True),
     **{name: s.allowed for name, s in LOSS_SETTINGS.items()},  # the loss options' (the entropy advantage's)
-    **{s.field: s.allowed for term in VOCABULARY_TERMS for s in POLICY_LOSS_SETTINGS[term]},  # SimKO's
+    **{s.field: s.allowed for term in VOCABULARY_TERMS for s in POLICY_LOSS_SETTINGS[term]},  # SimKO's, APO's
 }
 """The range of each numeric field :class:`SAGEPolicyLossConfig` adds to verl's ``PolicyLossConfig`` (the TRL
 adapter's ranges for the same names); NaN and ±inf are refused."""
@@ -260,8 +260,9 @@ def check_actor_config(actor_config: Any) -> str:
 
     Raises:
         ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide (or SimKO) reads entropies
-            but ``calculate_entropy`` is off; a guide without β > 0 (``use_kl_loss`` and ``kl_loss_coef``); a
-            ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
+            but ``calculate_entropy`` is off; SimKO or APO with verl's fused kernels (no top-K hook); APO without
+            ``use_kl_loss`` (verl runs no reference pass); a guide without β > 0 (``use_kl_loss`` and
+            ``kl_loss_coef``); a ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
     """
     settings = actor_config.policy_loss
     if not isinstance(settings, SAGEPolicyLossConfig):
@@ -279,6 +280,11 @@ def check_actor_config(actor_config: Any) -> str:
         raise ConfigError(
             f"{reader} reads the policy's token entropies: set "
             "actor_rollout_ref.actor.calculate_entropy=True (they come from the same forward pass)"
+        )
+    if settings.policy_term in VOCABULARY_TERMS and getattr(actor_config, "use_fused_kernels", False):
+        raise ConfigError(
+            f"policy_term={settings.policy_term} reads the top-K of the next-token distribution through verl's "
+            "top-K hook, which verl's fused kernels skip: set actor_rollout_ref.actor.use_fused_kernels=False"
         )
     if settings.policy_term == "apo" and not actor_config.use_kl_loss:
         raise ConfigError(

@@ -20,7 +20,9 @@ Per micro-batch, with tensors (B, T) over response tokens:
 Metrics, token-weighted over the mini-batch (verl prefixes them with ``actor/``): ``kl`` (the divergence
 in the loss, shaped by q), ``kl/reference`` (plain k3 KL(π‖π_ref)), ``q/mean``, ``q/frac_above_1``,
 ``q/frac_below_1`` (as the TRL adapter logs them), and verl's ``pg_loss``, ``pg_clipfrac``, ``ppo_kl``,
-``kl_loss`` (β's term as aggregated into the loss), ``kl_coef``.
+``kl_loss`` (β's term as aggregated into the loss), ``kl_coef``; with a term that acts on a subset of the tokens
+(Clip-Cov, KL-Cov, SimKO, APO) ``covariance/token_share``, that subset's share (as the TRL adapter names it), and with ``apo``,
+``apo/manifold_mass`` and ``apo/ref_topk_mass`` (the policy's and the reference's mass on the reference's top-K).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def sage_ppo_loss(
 ) -> tuple[torch.Tensor, dict] | dict[str, torch.Tensor]:
     """SAGE's loss on one micro-batch, in the form of verl's ``ppo_loss``.
 
-    Called twice per micro-batch when the policy term reads the vocabulary (SimKO): first by verl's FSDP engine
+    Called twice per micro-batch when the policy term reads the vocabulary (SimKO, APO): first by verl's FSDP engine
     with the training forward's ``student_logits`` (its top-K hook, which :class:`~sagerl.integrations.verl.
     worker.SAGETrainingWorker` turns on), returning per-position tensors (:func:`vocabulary_outputs`) that the
     engine stores in ``model_output``; then with ``model_output``, returning the loss.
@@ -81,8 +83,8 @@ def sage_ppo_loss(
 
     Raises:
         ConfigError: the batch lacks the entropies, reference log-probs or rewards the configuration promised
-            (a trainer that bypassed ``calculate_entropy`` or the reference policy), or SimKO's top-K hook did not
-            run.
+            (a trainer that bypassed ``calculate_entropy`` or the reference policy), SimKO's or APO's top-K hook did
+            not run, or (APO) the reference's top-K of the batch is not in this process.
     """
     settings = config.policy_loss
     if student_logits is not None:

@@ -81,7 +81,8 @@ class ReferenceTopK:
                     "APO: the reference's top-K tokens of this batch are not in the actor's process: verl ran no "
                     "reference pass here (set actor.use_kl_loss=True, any kl_loss_coef >= 0, so that it runs), or "
                     "the reference runs in a worker group of its own (APO needs it colocated with the actor, "
-                    "verl's default)"
+                    "verl's default), or the actor is a LoRA adapter whose reference is the actor without it "
+                    "(verl's ref_in_actor: not supported for APO)"
                 )
             ids.append(found[0])
             probs.append(found[1])

@@ -10,7 +10,8 @@ fails in ``init_model``, before the first rollout), and refuses any other loss f
 distillation, a custom loss): SAGE is never silently replaced by another objective. For every other actor
 it is verl's ``TrainingWorker`` unchanged.
 
-:func:`use_sage_worker` sets ``ActorRolloutRefWorker.actor_worker_cls`` to it (called by the plugin's
+:func:`use_sage_worker` sets ``ActorRolloutRefWorker.actor_worker_cls`` to it (and ``ref_worker_cls`` to
+:class:`~sagerl.integrations.verl.reference.SAGEReferenceWorker`, verl's own class except for APO) (called by the plugin's
 :func:`~sagerl.integrations.verl.install` after the version check); tests/integrations/verl/
 test_verl_contract.py checks the internals this relies on.
 """
@@ -75,13 +76,14 @@ class SAGETrainingWorker(TrainingWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_mini_batch(self, data):
-        """verl's update; for a policy term that reads the vocabulary (SimKO), first turn on the FSDP engine's top-K
+        """verl's update; for a policy term that reads the vocabulary (SimKO, APO), first turn on the FSDP engine's top-K
         hook (``distillation_use_topk``: the engine hands the training forward's logits to the loss function,
         :func:`~sagerl.integrations.verl.loss.sage_ppo_loss`, and keeps what it returns in ``model_output``).
 
         Raises:
-            ConfigError: SimKO on a batch trained off-policy (more than one mini-batch per rollout batch, or
-                ``ppo_epochs`` > 1): it reads π_old's top-K tokens, which verl's π_old pass does not compute.
+            ConfigError: SimKO or APO on a batch trained off-policy (more than one mini-batch per rollout batch, or
+                ``ppo_epochs`` > 1): they read π_old's log-probs of top-K tokens (SimKO: π_old's own top-K; APO: the
+                reference's), which verl's π_old pass does not compute.
         """
         term = self.loss_fn.keywords["config"].policy_loss.policy_term if self._sage_actor else None
         if term in VOCABULARY_TERMS:
@@ -91,7 +93,7 @@ class SAGETrainingWorker(TrainingWorker):
             per_rank = None if mini_batch is None else mini_batch // self.engine.get_data_parallel_size()
             if epochs != 1 or (mini_batches or 1) > 1 or (per_rank is not None and per_rank < data.shape[0]):
                 raise ConfigError(
-                    f"policy_term={term!r} reads the top-K log-probs of π_old, which verl's π_old pass does not "
+                    f"policy_term={term!r} reads π_old's log-probs of top-K tokens, which verl's π_old pass does not "
                     f"compute: train on-policy (ppo_epochs=1 and ppo_mini_batch_size = train_batch_size; got "
                     f"{epochs} epochs, mini-batches of {mini_batch} in a batch of {data.shape[0]} per rank)"
                 )

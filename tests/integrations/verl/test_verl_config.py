@@ -126,6 +126,24 @@ def test_sage_config_with_another_loss_mode_fails_in_the_driver():
             "entropy bonus",
         ),
         ([f"{ACTOR}.policy_loss.loss_mode=sage", *GRPO_KL], "needs SAGE's settings"),
+        (
+            [
+                f"{SAGE},policy_term:simko}}",
+                *GRPO_KL,
+                f"{ACTOR}.calculate_entropy=True",
+                f"++{ACTOR}.use_fused_kernels=True",
+            ],
+            "which verl's fused kernels skip: set actor_rollout_ref.actor.use_fused_kernels=False",
+        ),
+        (
+            [
+                f"{SAGE},policy_term:apo}}",
+                *GRPO_KL,
+                f"{ACTOR}.calculate_entropy=True",
+                f"++{ACTOR}.use_fused_kernels=True",
+            ],
+            "policy_term=apo reads the top-K",
+        ),
     ],
 )
 def test_bad_actor_settings_fail_when_the_worker_sets_up_its_loss(overrides, message):

@@ -183,7 +183,7 @@ def test_simko_update_is_the_objectives(model_dir, mix):
 def test_simko_refuses_off_policy_mini_batches(model_dir):
     worker = _worker(model_dir, _overrides(), mini_batch=B // 2)
     data = _batch(model_dir)
-    with pytest.raises(ConfigError, match="policy_term='simko' reads the top-K log-probs of π_old"):
+    with pytest.raises(ConfigError, match="policy_term='simko' reads π_old's log-probs of top-K tokens"):
         _update_off_policy(worker, data)
 
 
