@@ -178,9 +178,8 @@ def child(variant: str, steps: int, out: str) -> dict:
                     counts[f"{part[0]} decode steps"] += 1
                 fused = k.get("fused_lm_head", False)  # TRL's fused head: logits at every position on a CPU
                 keep = k.get("logits_to_keep", 0)
-                counts[f"{part[0]} logit positions"] += int(
-                    ids.numel() if fused or not keep else ids.shape[0]
-                )
+                positions = ids.shape[-1] if fused or not keep else min(int(keep), ids.shape[-1])
+                counts[f"{part[0]} logit positions"] += int(ids.numel() // ids.shape[-1] * positions)
             return forward(*a, **k)
 
         model.forward = wrapper
