@@ -26,36 +26,50 @@ def _rows(tokenizer, generator):
     return tensor(prompt_ids), tensor(prompt_mask), tensor(completion_ids), tensor(completion_mask)
 
 
-@pytest.mark.parametrize("batch_size", [None, 3])  # 3: chunks that cut a group
-def test_shared_prompt_prefix_gives_trls_log_probs_entropies_and_gradient(tiny_model, tmp_path, batch_size):
-    trainer, _ = make_trainer(tiny_model, tmp_path)
+def _batch(trainer, seed: int):
+    """_rows joined as TRL's forward passes take them: (prompt_ids, prompt_mask, completion_ids, completion_mask,
+    input_ids, attention_mask, completion width)."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
-        trainer.processing_class, torch.Generator().manual_seed(0)
+        trainer.processing_class, torch.Generator().manual_seed(seed)
     )
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    width = completion_ids.shape[1]
+    return prompt_ids, prompt_mask, completion_ids, completion_mask, ids, mask, completion_ids.shape[1]
+
+
+def _counting_positions(model, run):
+    """``run()`` with ``model``'s forward counting its input token positions: (run's result, positions)."""
+    calls: list[int] = []
+    forward = model.forward
+
+    def counting(*a, **k):
+        calls.append(k["input_ids"].numel())
+        return forward(*a, **k)
+
+    model.forward = counting
+    try:
+        return run(), sum(calls)
+    finally:
+        model.forward = forward
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])  # 3: chunks that cut a group
+def test_shared_prompt_prefix_gives_trls_log_probs_entropies_and_gradient(tiny_model, tmp_path, batch_size):
+    trainer, _ = make_trainer(tiny_model, tmp_path)
+    prompt_ids, _, completion_ids, completion_mask, ids, mask, width = _batch(trainer, 0)
     results = {}
     for share in (False, True):
         trainer.args.share_prompt_prefix = share
         trainer.model.zero_grad()
-        calls: list[int] = []
-        forward = trainer.model.forward
-
-        def counting(*a, calls=calls, forward=forward, **k):
-            calls.append(k["input_ids"].numel())
-            return forward(*a, **k)
-
-        trainer.model.forward = counting
-        try:
-            logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
+        (logps, entropy, _), positions = _counting_positions(
+            trainer.model,
+            lambda: trainer._get_per_token_logps_and_entropies(
                 trainer.model, ids, mask, width, batch_size=batch_size, compute_entropy=True
-            )
-        finally:
-            trainer.model.forward = forward
+            ),
+        )
         (logps * completion_mask).sum().backward()
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
-        results[share] = (logps.detach(), entropy.detach(), grad, sum(calls))
+        results[share] = (logps.detach(), entropy.detach(), grad, positions)
     (lp0, h0, g0, tokens0), (lp1, h1, g1, tokens1) = results[False], results[True]
     valid = completion_mask.bool()
     torch.testing.assert_close(lp1[valid], lp0[valid], rtol=1e-4, atol=1e-4)
@@ -69,12 +83,7 @@ def test_shared_prompt_prefix_gives_trls_log_probs_entropies_and_gradient(tiny_m
 
 def test_rows_without_a_shared_prompt_and_the_switch_use_trls_forward(tiny_model, tmp_path):
     trainer, _ = make_trainer(tiny_model, tmp_path)
-    prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
-        trainer.processing_class, torch.Generator().manual_seed(1)
-    )
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    width = completion_ids.shape[1]
+    *_, ids, mask, width = _batch(trainer, 1)
     alone = [0, GROUP]  # one row of each group: nothing to share
     assert (
         trainer._shared_prefix_logps(trainer.model, ids[alone], mask[alone], width, None, False, {}) is None
@@ -149,30 +158,17 @@ def test_the_vocabulary_pass_shares_each_prompt_with_the_same_logits_hidden_stat
     """The losses that read the whole next-token distribution (SimKO, APO, FlowRL) get the plain forward's
     completion logits and prompt hidden states, and the same gradient, with each prompt run once per group."""
     trainer, _ = make_trainer(tiny_model, tmp_path)
-    prompt_ids, prompt_mask, completion_ids, completion_mask = _rows(
-        trainer.processing_class, torch.Generator().manual_seed(2)
-    )
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    width = completion_ids.shape[1]
+    prompt_ids, prompt_mask, completion_ids, completion_mask, ids, mask, width = _batch(trainer, 2)
     results = {}
     for share in (False, True):
         trainer.args.share_prompt_prefix = share
         trainer.model.zero_grad()
-        calls: list[int] = []
-        forward = trainer.model.forward
-
-        def counting(*a, calls=calls, forward=forward, **k):
-            calls.append(k["input_ids"].numel())
-            return forward(*a, **k)
-
-        trainer.model.forward = counting
-        try:
-            chunks = list(
+        chunks, positions = _counting_positions(
+            trainer.model,
+            lambda: list(
                 trainer._completion_logits(trainer.model, ids, mask, width, batch_size, prompt_hidden=True)
-            )
-        finally:
-            trainer.model.forward = forward
+            ),
+        )
         assert [c[0] for c in chunks] == list(range(0, ids.shape[0], batch_size or ids.shape[0]))
         logits = torch.cat([c[1] for c in chunks]).float()
         hidden = torch.cat([c[2] for c in chunks]).float()
@@ -181,7 +177,7 @@ def test_the_vocabulary_pass_shares_each_prompt_with_the_same_logits_hidden_stat
         loss = loss + (hidden * prompt_mask.unsqueeze(-1)).square().mean()  # FlowRL's log Z reads these
         loss.backward()
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
-        results[share] = (logits.detach(), hidden.detach(), grad, sum(calls))
+        results[share] = (logits.detach(), hidden.detach(), grad, positions)
     (l0, h0, g0, tokens0), (l1, h1, g1, tokens1) = results[False], results[True]
     valid, prompt = completion_mask.bool(), prompt_mask.bool()
     assert l1.shape == l0.shape == (*completion_ids.shape, trainer.model.config.vocab_size)
