@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_pareto_canonical import assert_canonical_runs
 from test_pareto_rivals import page_rows, shown, unpack
-
-from sagerl.study.table import _summary
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "studies" / "results" / "exploration.tar.gz"
@@ -46,14 +45,7 @@ def test_the_archive_rebuilds_the_canonical_ranking_of_docs_methods(study):
     assert set(rows) == set(study["rare2"]["cells"]) and len(rows) == 15
     for cell, row in rows.items():
         assert row == expected_row(study, cell), cell
-    for setting, d in study.items():
-        assert d["paired"]["baseline"] == "grpo"
-        assert [m["machine"]["kernel_mode"] for m in d["run_machines"]] == ["canonical"], setting
-        for cell, entry in d["cells"].items():
-            assert len(entry["per_seed"]) == 15 and not entry["failed"], (setting, cell)  # 3 builds x 5 seeds
-            redone = _summary(entry["per_seed"])  # the study's own pooling, from the per-run values
-            for key in ("solved/planted_rare", "pass@1/planted_common"):
-                assert redone[key]["mean"] == pytest.approx(entry["summary"][key]["mean"], abs=1e-12)
+    assert_canonical_runs(study, 15)  # 3 builds x 5 seeds
 
 
 def test_what_the_page_says_of_the_canonical_ranking(study):

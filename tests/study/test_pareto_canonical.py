@@ -49,6 +49,20 @@ def expected_row(data: dict[str, dict], cell: str) -> list[str]:
     return row
 
 
+def assert_canonical_runs(data: dict[str, dict], runs: int) -> None:
+    """Every setting of an archived planted study is paired against GRPO, ran under canonical kernels, and holds
+    ``runs`` finished runs per cell whose pooled means (the study's own pooling, redone from the per-run values)
+    are its summaries."""
+    for setting, d in data.items():
+        assert d["paired"]["baseline"] == "grpo"
+        assert [m["machine"]["kernel_mode"] for m in d["run_machines"]] == ["canonical"], setting
+        for cell, entry in d["cells"].items():
+            assert len(entry["per_seed"]) == runs and not entry["failed"], (setting, cell)
+            redone = _summary(entry["per_seed"])  # the study's own pooling, from the per-run values
+            for key in ("solved/planted_rare", "pass@1/planted_common"):
+                assert redone[key]["mean"] == pytest.approx(entry["summary"][key]["mean"], abs=1e-12)
+
+
 @pytest.mark.parametrize(
     "which, header, cells, runs", [("study", HEADER, 17, 6), ("confirm", CONFIRM_HEADER, 3, 9)]
 )
@@ -58,14 +72,7 @@ def test_the_archives_rebuild_the_canonical_tables_of_docs_methods(which, header
     assert set(rows) == set(data["rare2"]["cells"]) and len(rows) == cells
     for cell, row in rows.items():
         assert row == expected_row(data, cell), cell
-    for setting, d in data.items():
-        assert d["paired"]["baseline"] == "grpo"
-        assert [m["machine"]["kernel_mode"] for m in d["run_machines"]] == ["canonical"], setting
-        for cell, entry in d["cells"].items():
-            assert len(entry["per_seed"]) == runs and not entry["failed"], (setting, cell)
-            redone = _summary(entry["per_seed"])  # the study's own pooling, from the per-run values
-            for key in ("solved/planted_rare", "pass@1/planted_common"):
-                assert redone[key]["mean"] == pytest.approx(entry["summary"][key]["mean"], abs=1e-12)
+    assert_canonical_runs(data, runs)
 
 
 def test_what_the_page_says_of_the_cosine_anneal(study):
