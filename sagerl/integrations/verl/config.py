@@ -35,18 +35,19 @@ OVERRIDE = f"++actor_rollout_ref.actor.policy_loss={{_target_:{TARGET},loss_mode
 """The command-line override that turns SAGE on with the paper's defaults (branch guide)."""
 
 GUIDE_ENTROPY_SOURCES = ("policy", "reference")
-POLICY_TERMS = ("clip", "clip_cov", "kl_cov", "simko", "apo")
+POLICY_TERMS = ("clip", "clip_cov", "kl_cov", "simko", "apo", "flowrl")
 """The policy terms the plugin offers (verl has its own loss modes for GSPO and the other TRL loss types)."""
 VOCABULARY_TERMS = ("simko", "apo")
 """The policy terms that read the policy's distribution over the vocabulary at each position (SimKO: its top-K
 log-probs; APO: its log-probs of the reference's top-K, :mod:`sagerl.integrations.verl.reference`), computed by
 :func:`~sagerl.integrations.verl.loss.sage_ppo_loss` from the logits of the actor's own training forward through
 verl's top-K hook (see :mod:`sagerl.integrations.verl.worker`)."""
-VERL_REFUSED_TERMS = {
-    "flowrl": "FlowRL trains a log Z head on the prompt's hidden states, which verl's actor forward does not return "
-    "and its optimizer does not hold",
-}
-"""sagerl's policy terms the plugin refuses at start-up, with the reason (issue 38)."""
+SETTINGS_TERMS = ("simko", "apo", "flowrl")
+"""The policy terms whose settings (:data:`sagerl.objective.policy_loss.POLICY_LOSS_SETTINGS`) are fields of
+:class:`SAGEPolicyLossConfig` (Clip-Cov's and KL-Cov's are verl's own fields)."""
+VERL_REFUSED_TERMS: dict[str, str] = {}
+"""sagerl's policy terms the plugin refuses at start-up, with the reason (none since FlowRL's log Z head lives in
+verl's actor: :mod:`sagerl.integrations.verl.log_partition`)."""
 
 NUMERIC_RANGES: dict[str, Range] = {
     **{
@@ -56,7 +57,9 @@ NUMERIC_RANGES: dict[str, Range] = {
     },
     "kl_log_ratio_clip": Range(0.0, low_open=True),
     **{name: s.allowed for name, s in LOSS_SETTINGS.items()},  # the loss options' (the entropy advantage's)
-    **{s.field: s.allowed for term in VOCABULARY_TERMS for s in POLICY_LOSS_SETTINGS[term]},  # SimKO's, APO's
+    **{
+        s.field: s.allowed for term in SETTINGS_TERMS for s in POLICY_LOSS_SETTINGS[term]
+    },  # SimKO's, APO's, FlowRL's
 }
 """The range of each numeric field :class:`SAGEPolicyLossConfig` adds to verl's ``PolicyLossConfig`` (the TRL
 adapter's ranges for the same names); NaN and ±inf are refused."""
@@ -80,6 +83,7 @@ def verl_guide_inputs(source: str) -> dict[str, str]:
 
 _SIMKO = {s.field: s for s in POLICY_LOSS_SETTINGS["simko"]}
 _APO = {s.field: s for s in POLICY_LOSS_SETTINGS["apo"]}
+_FLOWRL = {s.field: s for s in POLICY_LOSS_SETTINGS["flowrl"]}
 
 
 @dataclass
@@ -157,6 +161,10 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
     advantage (0.1)."""
     apo_top_k: int = _APO["apo_top_k"].default
     """APO: K, the Safe Manifold's size: the reference model's K most likely tokens at each position (5)."""
+
+    flowrl_beta: float = _FLOWRL["flowrl_beta"].default
+    """FlowRL (``policy_term=flowrl``): the reward scale β > 0 of its target π_ref·exp(β·A) (the authors' 15). Its
+    log Z(x) head is trained with the actor (:mod:`sagerl.integrations.verl.log_partition`)."""
 
     def __post_init__(self) -> None:
         check_verl_version()
@@ -241,7 +249,7 @@ class SAGEPolicyLossConfig(PolicyLossConfig):
             }
         if self.policy_term == "kl_cov":
             return {"kl_cov_ratio": self.kl_cov_ratio, "kl_cov_coef": self.ppo_kl_coef}
-        if self.policy_term in VOCABULARY_TERMS:
+        if self.policy_term in SETTINGS_TERMS:
             return {s.name: getattr(self, s.field) for s in POLICY_LOSS_SETTINGS[self.policy_term]}
         return {}
 
@@ -261,7 +269,8 @@ def check_actor_config(actor_config: Any) -> str:
     Raises:
         ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide (or SimKO) reads entropies
             but ``calculate_entropy`` is off; SimKO or APO with verl's fused kernels (no top-K hook); APO without
-            ``use_kl_loss`` (verl runs no reference pass); a guide without β > 0 (``use_kl_loss`` and
+            ``use_kl_loss`` (verl runs no reference pass); FlowRL's settings (:func:`_check_flowrl`); a guide
+            without β > 0 (``use_kl_loss`` and
             ``kl_loss_coef``); a ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
     """
     settings = actor_config.policy_loss
@@ -291,6 +300,8 @@ def check_actor_config(actor_config: Any) -> str:
             "APO reads the reference model's top-K tokens from verl's reference pass, which verl runs only with a "
             "KL: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0 keeps the loss free of it)"
         )
+    if settings.policy_term == "flowrl":
+        _check_flowrl(actor_config)
     beta = actor_config.kl_loss_coef if actor_config.use_kl_loss else 0.0
     if settings.guide != "none" and beta <= 0:
         raise ConfigError(
@@ -308,3 +319,39 @@ def check_actor_config(actor_config: Any) -> str:
             f"SAGE's loss has no entropy bonus: set actor.entropy_coeff=0 (got {actor_config.entropy_coeff})"
         )
     return KL_LOSS_TYPES[actor_config.kl_loss_type]
+
+
+def _check_flowrl(actor_config: Any) -> None:
+    """FlowRL's requirements in verl's actor (:mod:`sagerl.integrations.verl.log_partition`).
+
+    Raises:
+        ConfigError: no reference pass (``use_kl_loss`` off: its residual reads log π_ref), an aggregation other
+            than ``seq-mean-token-mean`` (its loss is a mean over completions), ``kl_placement=reward`` (per-token
+            advantages), verl's fused kernels (they skip the LM head whose input is the prompt's hidden states) or
+            Ulysses sequence parallelism (it splits a prompt's hidden states over ranks).
+    """
+    problems = []
+    if not actor_config.use_kl_loss:
+        problems.append(
+            "its residual reads the reference's log-probs, which verl computes only with a KL: set "
+            "actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0 keeps the loss free of it)"
+        )
+    if actor_config.loss_agg_mode != "seq-mean-token-mean":
+        problems.append(
+            "its loss is a mean over completions (each token carries its completion's loss): set "
+            f"actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean (got {actor_config.loss_agg_mode!r})"
+        )
+    if actor_config.policy_loss.kl_placement == "reward":
+        problems.append("it takes one advantage per completion; kl_placement=reward makes them per token")
+    if getattr(actor_config, "use_fused_kernels", False):
+        problems.append(
+            "log Z reads the prompt's last hidden states at the LM head, which verl's fused kernels skip: set "
+            "actor_rollout_ref.actor.use_fused_kernels=False"
+        )
+    if getattr(actor_config, "ulysses_sequence_parallel_size", 1) != 1:
+        problems.append(
+            "Ulysses sequence parallelism splits a prompt's hidden states over ranks: set "
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"
+        )
+    if problems:
+        raise ConfigError("policy_term=flowrl: " + "; ".join(problems))

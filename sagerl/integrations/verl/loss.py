@@ -21,8 +21,9 @@ Metrics, token-weighted over the mini-batch (verl prefixes them with ``actor/``)
 in the loss, shaped by q), ``kl/reference`` (plain k3 KL(π‖π_ref)), ``q/mean``, ``q/frac_above_1``,
 ``q/frac_below_1`` (as the TRL adapter logs them), and verl's ``pg_loss``, ``pg_clipfrac``, ``ppo_kl``,
 ``kl_loss`` (β's term as aggregated into the loss), ``kl_coef``; with a term that acts on a subset of the tokens
-(Clip-Cov, KL-Cov, SimKO, APO) ``covariance/token_share``, that subset's share (as the TRL adapter names it), and with ``apo``,
-``apo/manifold_mass`` and ``apo/ref_topk_mass`` (the policy's and the reference's mass on the reference's top-K).
+(Clip-Cov, KL-Cov, SimKO, APO) ``covariance/token_share``, that subset's share (as the TRL adapter names it), with ``apo``,
+``apo/manifold_mass`` and ``apo/ref_topk_mass`` (the policy's and the reference's mass on the reference's top-K), and
+with ``flowrl``, ``flowrl/log_z`` (the mean log Z(x) over completions).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def sage_ppo_loss(
     Raises:
         ConfigError: the batch lacks the entropies, reference log-probs or rewards the configuration promised
             (a trainer that bypassed ``calculate_entropy`` or the reference policy), SimKO's or APO's top-K hook did
-            not run, or (APO) the reference's top-K of the batch is not in this process.
+            not run, (APO) the reference's top-K of the batch is not in this process, or (FlowRL) no log Z was
+            computed in this forward or the advantages are per token.
     """
     settings = config.policy_loss
     if student_logits is not None:
@@ -124,6 +126,10 @@ def sage_ppo_loss(
         policy_params = {**policy_params, **_simko_inputs(model_output, data, logp, entropy)}
     if settings.policy_term == "apo":
         policy_params = {**policy_params, **_apo_inputs(model_output, data, settings.apo_top_k)}
+    advantages = batch["advantages"]
+    if settings.policy_term == "flowrl":
+        advantages, flowrl_inputs = _flowrl_inputs(advantages, mask, ref_logp)
+        policy_params = {**policy_params, **flowrl_inputs}
 
     from_reference = settings.guide_entropy_source == "reference"
     try:
@@ -144,7 +150,7 @@ def sage_ppo_loss(
         logp,
         batch["old_log_probs"],
         ref_logp,
-        batch["advantages"],
+        advantages,
         mask,
         log_q=None if q is None else torch.log(q),
         beta=beta,
@@ -194,6 +200,11 @@ def sage_ppo_loss(
         mass = torch.logsumexp(policy_params["manifold_logp"].detach(), dim=-1).exp()
         metrics["apo/manifold_mass"] = token_mean(mass)
         metrics["apo/ref_topk_mass"] = token_mean(no_padding_2_padding(model_output[APO_REF_MASS], data))
+    if settings.policy_term == "flowrl":
+        per_sequence = policy_params["log_z"].detach()[:, None].expand_as(logp)
+        metrics["flowrl/log_z"] = Metric(
+            value=aggregate(per_sequence, "seq-mean-token-mean"), aggregation=aggregation
+        )
     if q is not None:
         metrics["q/mean"] = token_mean(q)
         metrics["q/frac_above_1"] = token_mean(q > 1.0)
@@ -286,6 +297,34 @@ def _simko_inputs(model_output: dict, data: Any, logp: torch.Tensor, entropy: to
         "is_top1": no_padding_2_padding(model_output[SIMKO_TOP1], data) > 0.5,
         "correct": scores.sum(dim=-1).to(logp.device) == 1.0,
     }
+
+
+def _flowrl_inputs(
+    advantages: torch.Tensor, mask: torch.Tensor, ref_logp: torch.Tensor | None
+) -> tuple[torch.Tensor, dict]:
+    """FlowRL's advantage per completion (B,) from verl's per-token ones (B, T), and its inputs
+    (:data:`sagerl.objective.flowrl.INPUTS`): log Z(x) of each completion's prompt from this forward
+    (:data:`sagerl.integrations.verl.log_partition.LOG_Z`, with gradient) and the reference's log-probs.
+
+    Raises:
+        ConfigError: advantages that differ between the tokens of a completion (FlowRL's r̂ is one per completion),
+            or no reference log-probs (no reference pass ran).
+    """
+    from sagerl.integrations.verl.log_partition import LOG_Z
+
+    if ref_logp is None:
+        raise ConfigError("FlowRL reads the reference's log-probs: the batch has no ref_log_prob")
+    valid = mask.to(advantages.dtype)
+    per_completion = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1.0)
+    spread = ((advantages - per_completion[:, None]).abs() * valid).amax() if mask.any() else 0.0
+    if spread > 1e-6 * max(1.0, float(per_completion.abs().max())):
+        raise ConfigError(
+            "FlowRL takes one advantage per completion, but the advantages differ between the tokens of a "
+            f"completion (by up to {float(spread):.3g}): use an outcome estimator (grpo, rloo, ...) without a "
+            "per-token reward"
+        )
+    log_z = LOG_Z.take(advantages.shape[0]).to(advantages.device)
+    return per_completion, {"log_z": log_z, "ref_logp": ref_logp}
 
 
 def _apo_inputs(model_output: dict, data: Any, k: int) -> dict:

@@ -27,6 +27,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker, p
 
 from sagerl.errors import ConfigError
 from sagerl.integrations.verl.config import VOCABULARY_TERMS, check_actor_config, is_sage
+from sagerl.integrations.verl.log_partition import install as install_log_partition
 from sagerl.integrations.verl.loss import sage_ppo_loss
 from sagerl.integrations.verl.reference import REFERENCE_TOPK, SAGEReferenceWorker
 
@@ -57,7 +58,9 @@ def _is_sage(loss_fn) -> bool:
 
 
 class SAGETrainingWorker(TrainingWorker):
-    """verl's ``TrainingWorker``, whose loss is SAGE's when the actor's config says ``loss_mode=sage``."""
+    """verl's ``TrainingWorker``, whose loss is SAGE's when the actor's config says ``loss_mode=sage`` (with
+    ``policy_term=flowrl``, its model gets FlowRL's log Z head when it gets the loss:
+    :mod:`sagerl.integrations.verl.log_partition`)."""
 
     _sage_actor = False
 
@@ -72,6 +75,10 @@ class SAGETrainingWorker(TrainingWorker):
         settings = loss_fn.keywords["config"].policy_loss if self._sage_actor else None
         # APO: this process's reference pass keeps the reference's top-K for the loss (sagerl.integrations.verl.reference)
         REFERENCE_TOPK.request(settings.apo_top_k if settings and settings.policy_term == "apo" else None)
+        if (
+            settings and settings.policy_term == "flowrl"
+        ):  # its log Z head, in the actor's model and optimizer
+            install_log_partition(self)
         super().set_loss_fn(loss_fn)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)

@@ -98,7 +98,7 @@ def test_plain_grpo_is_untouched():
         ("policy_term:simko,simko_mix:1.5", "actor.policy_loss.simko_mix=1.5 must be a number in [0, 1]"),
         ("policy_term:simko,simko_top_k:0", "actor.policy_loss.simko_top_k=0 must be"),
         ("policy_term:simko,simko_neg_scale:0", "actor.policy_loss.simko_neg_scale=0 must be"),
-        ("policy_term:flowrl", "policy_term='flowrl' is not available in verl: FlowRL trains a log Z head"),
+        ("policy_term:flowrl,flowrl_beta:0", "actor.policy_loss.flowrl_beta=0 must be"),
         ("policy_term:apo,apo_top_k:0", "actor.policy_loss.apo_top_k=0 must be"),
         ("policy_term:apo,apo_lambda:0", "actor.policy_loss.apo_lambda=0 must be"),
         ("policy_term:apo,apo_beta:-0.1", "actor.policy_loss.apo_beta=-0.1 must be"),

@@ -136,3 +136,31 @@ def test_registries_the_plugin_uses():
     assert 'adv_kwargs["index"] = data.non_tensor_batch["uid"]' in advantage
     plugins = inspect.getsource(verl)
     assert 'entry_points(group="verl.plugins")' in plugins
+
+
+def test_what_flowrls_log_z_head_relies_on():
+    """FlowRL's head (sagerl.integrations.verl.log_partition): the actor is built (reset) before it gets its loss;
+    the FSDP engine builds the model (``_build_module``) before FSDP wraps it and the optimizer is made from its
+    parameters; each micro-batch's forward runs through ``self.forward_step`` with the micro-batch, the model's
+    forward and the loss inside; the rollout gets its weights from ``get_per_tensor_param``; the LM head is called
+    with the last hidden states."""
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine, FSDPEngineWithLMHead
+
+    init_model = inspect.getsource(ActorRolloutRefWorker.init_model)
+    assert init_model.index("self.actor.reset()") < init_model.index("self.actor.set_loss_fn(self.loss_fn)")
+    assert "self._build_model_optimizer()" in inspect.getsource(FSDPEngine.initialize)
+    build = inspect.getsource(FSDPEngine._build_model_optimizer)
+    order = ["self._build_module()", "self._build_fsdp_module(module)", "self._build_optimizer(module)"]
+    assert [build.index(piece) for piece in order] == sorted(build.index(piece) for piece in order)
+    assert "build_optimizer(module.parameters()" in inspect.getsource(FSDPEngine._build_optimizer)
+    assert "self.forward_step(micro_batch" in _module_source("verl.workers.engine.fsdp.transformer_impl")
+    step = inspect.getsource(FSDPEngineWithLMHead.forward_step)
+    assert step.index("self.module(") < step.index("loss_function(")
+    assert "self.actor.engine.get_per_tensor_param(" in inspect.getsource(
+        ActorRolloutRefWorker.update_weights
+    )
+    from transformers.models.qwen2 import modeling_qwen2
+
+    assert "self.lm_head(hidden_states[:, slice_indices, :])" in inspect.getsource(
+        modeling_qwen2.Qwen2ForCausalLM.forward
+    )

@@ -34,6 +34,8 @@ class _CpuDeviceModule:
             return lambda *args, **kwargs: (0, 0)
         if name == "get_device_name":
             return lambda *args, **kwargs: "cpu"
+        if name in ("get_rng_state", "set_rng_state"):  # verl's checkpoints save and restore it
+            return getattr(torch, name)
         if name.startswith(("memory_", "max_memory", "reset_", "empty_cache", "ipc_collect")):
             return lambda *args, **kwargs: 0
         raise AttributeError(name)
