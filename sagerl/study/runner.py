@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -294,8 +295,19 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
         atomic_write_text(folder / "error.txt", traceback.format_exc())
     if state == "ok":
         (folder / "error.txt").unlink(missing_ok=True)  # an earlier call's failure, now resolved
+        if study.keep == "model":
+            drop_checkpoints(folder / "train")
     record(state)
     return status
+
+
+def drop_checkpoints(train_folder: Path) -> list[Path]:
+    """Delete a finished run's ``checkpoint-*`` folders (``train.keep: model``), keeping its final model, logs and
+    metrics; returns what it deleted. A run is resumable from them only, so this is done after its evaluation."""
+    dropped = sorted(p for p in train_folder.glob("checkpoint-*") if p.is_dir())
+    for path in dropped:
+        shutil.rmtree(path)
+    return dropped
 
 
 def _run_label(cell: Cell) -> str:
@@ -366,7 +378,9 @@ def run_study(
     jobs: int = 1,
 ) -> Path:
     """Run every unfinished cell of ``study`` (reference first) into ``out`` (default :func:`study_folder`),
-    then write the aggregate table.
+    then write the aggregate table. Runs go seed by seed (each cell's run of the first seed, in file order, then
+    the next seed), so a study stopped partway holds whole seeds for its paired comparisons; the log numbers each
+    run by its place in the file.
 
     Args:
         jobs: cells run at once, each in its own process (the reference evaluations are done first). Every
@@ -404,6 +418,9 @@ def run_study(
             log(f"[{i}/{len(study.cells)}] {_run_label(cell)}: done before, skipped")
         else:
             todo.append((i, cell))
+    # seed by seed (every cell's first seed, then the next): a study stopped partway holds whole seeds to pair
+    seed_order = {seed: n for n, seed in enumerate(dict.fromkeys(c.seed for c in study.cells))}
+    todo.sort(key=lambda item: (seed_order[item[1].seed], item[0]))
 
     def report(i: int, cell: Cell, status: dict[str, Any]) -> None:
         detail = f"{status['total_s']:.0f} s" if status["status"] == "ok" else status["error"]

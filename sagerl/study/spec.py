@@ -8,6 +8,7 @@ Layout (YAML)::
       dataset: planted_train           # any --dataset value
       steps: 60                        # optimizer steps per cell
       set: {learning_rate: 1.0e-3}     # --set overrides for every cell (trainer or run keys)
+      keep: checkpoints                # or model: a finished run deletes its checkpoints (optimizer state)
     eval:
       datasets: [planted_common, planted_rare]
       n: 64                            # samples per problem: pass@k for k = 1, 2, 4, ..., n
@@ -97,7 +98,11 @@ TOP_KEYS = {
 SETTING_KEYS = {"name", "model", "train", "eval", "seeds", "builds"}
 PAIRED_KEYS = {"baseline", "metrics"}
 PARETO_KEYS = {"x", "y"}
-TRAIN_KEYS = {"dataset", "steps", "set"}
+TRAIN_KEYS = {"dataset", "steps", "set", "keep"}
+KEEP = ("checkpoints", "model")
+"""What a finished run keeps of its training folder (``train.keep``): its ``checkpoint-*`` folders and final model
+(the default: it can be resumed with more steps), or the final model only (the checkpoints, mostly optimizer
+state, are deleted once the run's evaluation has finished: a study of many real-LM runs fits on a disk)."""
 EVAL_KEYS = {
     "datasets",
     "n",
@@ -211,6 +216,8 @@ class Study:
     without ``kernels`` gets :func:`sagerl.kernels.default_mode` of its model."""
     pareto: dict[str, str] | None = None
     """``{"x": metric, "y": metric}``: the two axes of the study's Pareto frontier (:mod:`sagerl.study.frontier`)."""
+    keep: str = "checkpoints"
+    """What a finished run keeps of its training folder, one of :data:`KEEP`."""
 
     def model_of(self, build: str | None) -> str | None:
         """The study's model on ``build`` (the model itself without builds)."""
@@ -359,6 +366,9 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
     dataset = str(train.get("dataset", "arith_train"))
     steps = train.get("steps", 20)
     _check_number(source, "train.steps", steps)
+    keep = train.get("keep", KEEP[0])
+    if keep not in KEEP:
+        raise ConfigError(f"{source}: train.keep={keep!r}: choose one of {', '.join(KEEP)}")
     common = _normalise_overrides(_mapping(train.get("set"), f"{source}: train.set"), f"{source}: train.set")
     _check_dataset(dataset, f"{source}: train.dataset")
 
@@ -450,7 +460,7 @@ def parse_study(data: Any, source: str = "<study>") -> Study:
             for s in cell_seeds
         )
     paired = _paired(data.get("paired"), [c.name for c in cells], source)
-    study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired)
+    study = Study(name, model, dataset, steps, common, eval_settings, cells, source, paired, keep=keep)
     study.builds, study.threads, study.kernels = builds, threads, kernels
     study.pareto = _pareto(data.get("pareto"), source)
     if study.pareto is not None:

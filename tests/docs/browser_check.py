@@ -152,8 +152,9 @@ class Result:
         self.failures = []
 
 
-def browser():
-    """A headless Chromium driven by selenium (Debian's chromium and chromium-driver; nothing downloaded).
+def browser(profile: Path):
+    """A headless Chromium driven by selenium (Debian's chromium and chromium-driver; nothing downloaded), with
+    its profile in ``profile``.
 
     Raises:
         SystemExit: no Chromium or no chromedriver on PATH (names the Debian packages).
@@ -170,7 +171,7 @@ def browser():
         )
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in (*CHROME_FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='sagerl-docs-check-')}"):
+    for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(driver))
@@ -221,7 +222,8 @@ def check(site: Path, screenshots: Path | None = None, pattern: str = "*") -> Re
         if p.name != "404.html" and fnmatch.fnmatch(p.relative_to(site).as_posix(), pattern)
     )
     result = Result(pages=len(pages))
-    driver = browser()
+    profile = tempfile.TemporaryDirectory(prefix="sagerl-docs-check-")
+    driver = browser(Path(profile.name))
     driver.set_script_timeout(20)
     try:
         for width in WIDTHS:
@@ -248,6 +250,7 @@ def check(site: Path, screenshots: Path | None = None, pattern: str = "*") -> Re
                 result.renders += 1
     finally:
         driver.quit()
+        profile.cleanup()
     return result
 
 

@@ -4,6 +4,7 @@ a renamed option, a wrong default or an example that raises fails the tests."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,9 +88,13 @@ def test_block_runs(block):
         command = [sys.executable, "-c", block.text]
     else:
         pytest.skip(f"{block.language} blocks are not run")
-    result = subprocess.run(
-        command, cwd=_scratch(), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
+    scratch = _scratch()
+    try:
+        result = subprocess.run(
+            command, cwd=scratch, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
+    finally:  # a training block writes a model there (1.6 GB): every make test left one in the temp folder
+        shutil.rmtree(scratch)
     assert result.returncode == 0, (
         f"{block.where} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )

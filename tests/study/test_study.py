@@ -117,6 +117,10 @@ def test_cells_expand_over_seeds_and_sweeps():
             dict(sweeps=[{"preset": "grpo+branch", "grid": {"gamma": 0.5}}]),
             r"sweeps\[0\]: grid must map each key to a non-empty list",
         ),
+        (
+            dict(cells=[{"preset": "grpo"}], train={"dataset": "planted_train", "keep": "weights"}),
+            r"grid.yaml: train.keep='weights': choose one of checkpoints, model",
+        ),
     ],
 )
 def test_bad_study_files_fail_before_training_naming_cell_and_key(changes, message):
@@ -185,6 +189,14 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     out = tmp_path / "out"
     logs: list[str] = []
     run_study(load_study(path), out, log=logs.append)
+    ran = [line.split(":")[0] for line in logs if line.startswith("[")]
+    # seed by seed: every cell's seed 0 first (a study stopped partway holds whole seeds), numbered by file order
+    assert ran == [
+        "[1/4] grpo seed 0",
+        "[3/4] grpo+branch@kl_placement=reward seed 0",
+        "[4/4] broken seed 0",
+        "[2/4] grpo seed 1",
+    ]
     statuses = {
         p.parent.parent.name + "/" + p.parent.name: json.loads(p.read_text())
         for p in out.glob("cells/*/*/cell.json")
@@ -237,6 +249,21 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
     note = (out / "table.md").read_text().splitlines()[-1]
     assert note.startswith("Note: runs from 2 machines: 3 on ") and "1 on Other CPU (amx_bf16; " in note
     assert f"; {here['kernels']} kernels; torch" in note
+
+
+def test_keep_model_deletes_a_finished_runs_checkpoints_only(tmp_path):
+    """``train.keep: model``: once a run has been evaluated its checkpoint folders go, its final model stays (and
+    with the default, ``checkpoints``, they stay)."""
+    train = {"dataset": "planted_train", "steps": 2, "set": {"save_steps": 1, "save_total_limit": 3}}
+    for keep, left in (("model", []), ("checkpoints", ["checkpoint-1", "checkpoint-2"])):
+        spec = {**BASE, "seeds": [0], "cells": [{"preset": "grpo"}], "train": {**train, "keep": keep}}
+        out = tmp_path / keep
+        run_study(parse_study(spec, "keep.yaml"), out, log=lambda line: None)
+        folder = out / "cells" / "grpo" / "seed-0"
+        assert json.loads((folder / "cell.json").read_text())["status"] == "ok"
+        assert sorted(p.name for p in (folder / "train").glob("checkpoint-*")) == left
+        assert (folder / "train" / "model" / "model.safetensors").is_file()
+        assert (folder / "eval" / "results.json").is_file()
 
 
 def _finish(out, cell, status):
