@@ -28,6 +28,7 @@ import shlex
 import shutil
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -147,8 +148,23 @@ def _recorded_settings(study: Study, cell: Cell) -> dict[str, Any]:
         "preset_keys": load_preset(cell.preset),
         "threads": study.threads,
         "kernels": study.kernels,
+        "dtypes": run_dtypes(study, cell),
     }
     return json.loads(json.dumps(record))
+
+
+def run_dtypes(study: Study, cell: Cell) -> dict[str, str]:
+    """The precision ``cell`` trains and is evaluated in on this machine: ``dtype: auto`` resolved as the run
+    resolves it (bfloat16 where the CPU has bfloat16 units, :mod:`sagerl.precision`), so a study continued on
+    another kind of machine does not pair float32 runs with bfloat16 ones (:func:`check_finished_cells`)."""
+    from sagerl.train.run import resolve_config
+
+    with warnings.catch_warnings():  # bfloat16 asked for on a CPU without its units: the run itself warns
+        warnings.simplefilter("ignore")
+        return {
+            "train": resolve_config(cell.preset, _train_overrides(study, cell)).dtype,
+            "eval": _planned_eval_dtype(study),
+        }
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -175,6 +191,12 @@ def check_finished_cells(study: Study, out: Path) -> None:
             new), with what to do: delete that cell's folder to rerun it, or give the cell another name.
     """
     stale = []
+    for build in study.builds or [None]:  # the reference's evaluation is paired with every cell's
+        recorded = _reference_dtype(out / reference_folder(build))
+        planned = _planned_eval_dtype(study)
+        if None not in (recorded, planned) and recorded != planned:
+            stale.append(f"the reference evaluation{'' if build is None else f' of {build}'}: dtypes.eval "
+                         f"({json.dumps(recorded)} -> {json.dumps(planned)})")  # fmt: skip
     for cell in study.cells:
         previous = read_cell_status(out, cell)
         if previous is None or previous.get("status") != "ok":
@@ -182,9 +204,13 @@ def check_finished_cells(study: Study, out: Path) -> None:
         diffs = _differences({"preset": previous.get("preset")}, {"preset": cell.preset})
         if "settings" in previous:
             now = _recorded_settings(study, cell)
-            for key in ("preset_keys", "threads", "kernels"):  # recorded before these were
+            for key in ("preset_keys", "threads", "kernels", "dtypes"):  # recorded before these were
                 if key not in previous["settings"]:
                     now.pop(key)
+            for key, value in list(now.get("dtypes", {}).items()):  # what this machine cannot tell
+                if value is None:
+                    now["dtypes"].pop(key)
+                    previous["settings"]["dtypes"].pop(key, None)
             diffs += _differences(previous["settings"], now)
         else:
             diffs += _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
@@ -192,10 +218,38 @@ def check_finished_cells(study: Study, out: Path) -> None:
             stale.append(f"{cell.name} seed {cell.seed}: {', '.join(diffs)}")
     if stale:
         shown = "; ".join(stale[:5]) + (f"; and {len(stale) - 5} more" if len(stale) > 5 else "")
+        dtype_hint = (
+            " (dtype: auto resolves by the machine, bfloat16 where the CPU has bfloat16 units: to go on in the "
+            "finished runs' precision, set dtype in train.set and eval.dtype, or run on a machine of their kind)"
+            if "dtypes." in shown
+            else ""
+        )
         raise ConfigError(
-            f"{out}: finished cells ran with other settings than the study file gives ({shown}). "
+            f"{out}: finished cells ran with other settings than the study file gives ({shown}){dtype_hint}. "
             f"Delete those cells' folders under {out / 'cells'} to rerun them, or give the cells new names"
         )
+
+
+def _planned_eval_dtype(study: Study) -> str | None:
+    """The dtype the study's evaluations sample in here; None where this machine cannot tell (vLLM not installed:
+    a GPU study checked or printed on a login node)."""
+    from sagerl.eval.runner import planned_engine
+
+    try:
+        return planned_engine(study.eval.backend, study.eval.dtype)["dtype"]
+    except ImportError:
+        return None
+
+
+def _reference_dtype(folder: Path) -> str | None:
+    """The dtype a finished (or started) reference evaluation sampled in, from its ``eval_config.json``."""
+    path = folder / "eval_config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("engine", {}).get("dtype")
+    except (OSError, ValueError, AttributeError):
+        return None  # the evaluation's own resume check reads it and says what is wrong
 
 
 def _write_status(out: Path, cell: Cell, status: dict[str, Any]) -> None:

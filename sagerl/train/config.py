@@ -610,6 +610,11 @@ class SAGEConfig(GRPOConfig):
                 "policy_loss='flowrl' takes one advantage per completion; kl_placement='reward' makes them per token: "
                 "use kl_placement='loss'"
             )
+        if self.entropy_adv_alpha > 0:
+            raise ConfigError(
+                "policy_loss='flowrl' takes one advantage per completion; the entropy advantage makes them per token: "
+                "set entropy_adv_alpha=0"
+            )
         if self.resolved_loss_agg_mode != "seq-mean-token-mean":
             raise ConfigError(
                 f"policy_loss='flowrl' is a mean over completions (each token carries its completion's loss): set "

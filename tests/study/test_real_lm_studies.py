@@ -19,6 +19,13 @@ GPU_STUDY = ROOT / "studies" / "gpu" / "qwen-math.yaml"
 CPU_STUDY = ROOT / "studies" / "smollm2.yaml"
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_repository(monkeypatch, tmp_path):
+    """The dry runs read the default study folder (``runs/study-<name>``, relative): a study run in the checkout
+    (finished cells, another machine's precision) must not change what they print."""
+    monkeypatch.chdir(tmp_path)
+
+
 def dry_run_lines(path: Path, capsys) -> list[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 asked for on a CPU without bf16 units: the GPU study's setting

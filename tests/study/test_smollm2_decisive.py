@@ -23,6 +23,13 @@ PAGE = ROOT / "docs" / "real-lm.md"
 CELLS = ["grpo", "pkpo-anneal@cosine", "passk", "grpo+branch", "maxpo-anneal@cosine"]
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_repository(monkeypatch, tmp_path):
+    """The dry runs read the default study folder (``runs/study-<name>``, relative): a study run in the checkout
+    (finished cells, another machine's precision) must not change what they print."""
+    monkeypatch.chdir(tmp_path)
+
+
 def load_script():
     spec = importlib.util.spec_from_file_location("smollm2_sizing", SCRIPT)
     module = importlib.util.module_from_spec(spec)

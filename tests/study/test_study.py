@@ -306,6 +306,47 @@ def test_rerun_refuses_finished_cells_whose_settings_changed(tmp_path):
     assert 'grpo seed 0: preset ("grpo" -> "grpo+branch")' in str(error.value)
 
 
+def test_a_study_is_not_continued_in_another_precision(tmp_path, monkeypatch):
+    """Finished runs record the dtype ``auto`` resolved to on their machine; a rerun where it resolves to another
+    (a float32-only CPU after a bfloat16 one) refuses before anything runs, for the cells and for the reference,
+    rather than pairing float32 runs with bfloat16 ones. Pinning the dtype in the file then names the change."""
+    from sagerl.study.runner import _recorded_settings, check_finished_cells
+
+    monkeypatch.setenv("SAGERL_DTYPE", "bfloat16")  # the machine that ran them: auto -> bfloat16
+    before = study(cells=[{"preset": "grpo"}], seeds=[0])
+    (grpo,) = before.cells
+    out = tmp_path / "out"
+    settings = _recorded_settings(before, grpo)
+    assert settings["dtypes"] == {"train": "bfloat16", "eval": "bfloat16"}
+    _finish(out, grpo, {"preset": "grpo", "overrides": {}, "settings": settings})
+    check_finished_cells(before, out)
+
+    monkeypatch.setenv("SAGERL_DTYPE", "float32")  # another machine: auto -> float32
+    with pytest.raises(ConfigError) as error:
+        check_finished_cells(before, out)
+    message = str(error.value)
+    assert (
+        'grpo seed 0: dtypes.eval ("bfloat16" -> "float32"), dtypes.train ("bfloat16" -> "float32")'
+        in message
+    )
+    assert "set dtype in train.set and eval.dtype" in message
+    pinned = study(cells=[{"preset": "grpo"}], seeds=[0], eval={**BASE["eval"], "dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match=r"dtypes\.train \(\"bfloat16\" -> \"float32\"\)") as error:
+        check_finished_cells(pinned, out)  # the evaluation pinned, the training not yet
+    assert "dtypes.eval" not in str(error.value)
+
+    reference = out / "reference"
+    reference.mkdir()
+    (reference / "eval_config.json").write_text(
+        json.dumps({"engine": {"dtype": "bfloat16", "backend": "hf"}})
+    )
+    (out / grpo.folder / "cell.json").unlink()
+    with pytest.raises(
+        ConfigError, match=r"the reference evaluation: dtypes\.eval \(\"bfloat16\" -> \"float32\"\)"
+    ):
+        check_finished_cells(before, out)
+
+
 def test_cli_exits_1_when_a_cell_failed_and_dry_run_refuses_changed_cells(tmp_path, capsys):
     spec = {**BASE, "seeds": [0], "cells": [{"preset": "grpo+branch", "name": "broken", "set": {"guide": "teacher", "teacher_model": str(tmp_path / "none")}}]}  # fmt: skip
     path = tmp_path / "grid.yaml"

@@ -62,6 +62,7 @@ BASE = dict(output_dir="/tmp/unused", num_generations=GROUP, per_device_train_ba
             "policy_loss='flowrl' reads the reference's log-probs, which TRL computes only with beta > 0",
         ),
         (dict(kl_placement="reward"), "use kl_placement='loss'"),
+        (dict(entropy_adv_alpha=0.4), "the entropy advantage makes them per token: set entropy_adv_alpha=0"),
         (dict(loss_type="dapo"), "set loss_agg_mode='seq-mean-token-mean' \\(got 'token-mean'\\)"),
         (dict(flowrl_beta=-1.0), r"^flowrl_beta=-1.0 must be a number in \(0, inf\)$"),
     ],

@@ -276,6 +276,8 @@ def check_actor_config(actor_config: Any) -> str:
     settings = actor_config.policy_loss
     if not isinstance(settings, SAGEPolicyLossConfig):
         raise ConfigError(f"loss_mode=sage needs SAGE's settings in actor.policy_loss: add {OVERRIDE}")
+    if settings.policy_term == "flowrl":
+        _check_flowrl(actor_config)
     needs_entropy = "entropy" in guide_inputs(settings.guide, settings.guide_params)
     simko = settings.policy_term == "simko"
     if (needs_entropy or simko or settings.entropy_adv_alpha > 0) and not actor_config.calculate_entropy:
@@ -300,8 +302,6 @@ def check_actor_config(actor_config: Any) -> str:
             "APO reads the reference model's top-K tokens from verl's reference pass, which verl runs only with a "
             "KL: set actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef=0 keeps the loss free of it)"
         )
-    if settings.policy_term == "flowrl":
-        _check_flowrl(actor_config)
     beta = actor_config.kl_loss_coef if actor_config.use_kl_loss else 0.0
     if settings.guide != "none" and beta <= 0:
         raise ConfigError(
@@ -326,10 +326,11 @@ def _check_flowrl(actor_config: Any) -> None:
 
     Raises:
         ConfigError: no reference pass (``use_kl_loss`` off: its residual reads log π_ref), an aggregation other
-            than ``seq-mean-token-mean`` (its loss is a mean over completions), ``kl_placement=reward`` (per-token
-            advantages), verl's fused kernels (they skip the LM head whose input is the prompt's hidden states) or
+            than ``seq-mean-token-mean`` (its loss is a mean over completions), ``kl_placement=reward`` or the
+            entropy advantage (per-token advantages), verl's fused kernels (they skip the LM head whose input is the prompt's hidden states) or
             Ulysses sequence parallelism (it splits a prompt's hidden states over ranks).
     """
+    settings = actor_config.policy_loss
     problems = []
     if not actor_config.use_kl_loss:
         problems.append(
@@ -341,17 +342,23 @@ def _check_flowrl(actor_config: Any) -> None:
             "its loss is a mean over completions (each token carries its completion's loss): set "
             f"actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean (got {actor_config.loss_agg_mode!r})"
         )
-    if actor_config.policy_loss.kl_placement == "reward":
+    if settings.kl_placement == "reward":
         problems.append("it takes one advantage per completion; kl_placement=reward makes them per token")
     if getattr(actor_config, "use_fused_kernels", False):
         problems.append(
             "log Z reads the prompt's last hidden states at the LM head, which verl's fused kernels skip: set "
             "actor_rollout_ref.actor.use_fused_kernels=False"
         )
-    if getattr(actor_config, "ulysses_sequence_parallel_size", 1) != 1:
+    if settings.entropy_adv_alpha > 0:
+        problems.append("it takes one advantage per completion; the entropy advantage makes them per token")
+    fsdp = getattr(actor_config, "fsdp_config", None)
+    if getattr(actor_config, "ulysses_sequence_parallel_size", 1) != 1 or (
+        getattr(fsdp, "ulysses_sequence_parallel_size", 1) or 1
+    ) != 1:
         problems.append(
             "Ulysses sequence parallelism splits a prompt's hidden states over ranks: set "
-            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 (and the deprecated "
+            "actor.ulysses_sequence_parallel_size)"
         )
     if problems:
         raise ConfigError("policy_term=flowrl: " + "; ".join(problems))

@@ -140,14 +140,18 @@ LOG_Z = LogZStore()
 """The store SAGE's loss reads (filled by the LM head's pre-hook of this process's FlowRL actor)."""
 
 
-def _log_z_hook(head: torch.nn.Module, lm_head: torch.nn.Module, args: tuple) -> None:
-    """The LM head's forward pre-hook: log Z of each prompt of the micro-batch, in a forward with gradient."""
+def _log_z_hook(model: torch.nn.Module, lm_head: torch.nn.Module, args: tuple) -> None:
+    """The LM head's forward pre-hook: log Z of each prompt of the micro-batch, in a forward with gradient.
+
+    The head is looked up on the model at each call (FSDP1 may have wrapped it in a unit of its own) and called on
+    the hidden states as they come: it was built in the model's dtype, and verl runs the forward under autocast
+    whenever FSDP's parameter dtype is not float32 (FSDP1 without ``use_orig_params`` leaves no parameters on the
+    module to read a dtype from during the forward)."""
     layout = LOG_Z.layout
     if layout is None or not torch.is_grad_enabled():
         return
     hidden, mask = prompt_hidden(args[0], layout)
-    dtype = next(head.parameters()).dtype
-    LOG_Z.put(head(hidden.to(dtype), mask).float())
+    LOG_Z.put(getattr(model, HEAD)(hidden, mask).float())
 
 
 def hf_model(module: torch.nn.Module) -> torch.nn.Module:
@@ -164,7 +168,7 @@ def with_head(build):
         dtype = next(module.parameters()).dtype
         head = LogPartitionHead(module.config.get_text_config().hidden_size).to(dtype=dtype)
         module.add_module(HEAD, head)
-        module.get_output_embeddings().register_forward_pre_hook(partial(_log_z_hook, head))
+        module.get_output_embeddings().register_forward_pre_hook(partial(_log_z_hook, module))
         return module
 
     return build_with_head
@@ -201,8 +205,8 @@ def install(worker) -> None:
     idempotent.
 
     Raises:
-        ConfigError: an engine other than verl's FSDP one (Megatron, VeOmni), or a LoRA actor (PEFT freezes every
-            weight but the adapters', the head's too).
+        ConfigError: an engine other than verl's FSDP one (Megatron, VeOmni), a LoRA actor (PEFT freezes every
+            weight but the adapters', the head's too), or Ulysses sequence parallelism.
     """
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
@@ -216,6 +220,11 @@ def install(worker) -> None:
     if getattr(engine, "_is_lora", False):
         raise ConfigError(
             "policy_term=flowrl with a LoRA actor: PEFT would freeze FlowRL's log Z head; train the full model"
+        )
+    if getattr(engine, "use_ulysses_sp", False):
+        raise ConfigError(
+            "policy_term=flowrl with Ulysses sequence parallelism: it splits a prompt's hidden states over ranks; "
+            "set actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1"
         )
     engine._build_module = with_head(engine._build_module)
     engine.forward_step = _recording_layout(engine.forward_step)

@@ -315,7 +315,8 @@ def _flowrl_inputs(
     if ref_logp is None:
         raise ConfigError("FlowRL reads the reference's log-probs: the batch has no ref_log_prob")
     valid = mask.to(advantages.dtype)
-    per_completion = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1.0)
+    first = mask.to(torch.int8).argmax(dim=1, keepdim=True)  # each completion's first valid token (0 if none)
+    per_completion = advantages.gather(1, first)[:, 0] * valid.amax(dim=1)
     spread = ((advantages - per_completion[:, None]).abs() * valid).amax() if mask.any() else 0.0
     if spread > 1e-6 * max(1.0, float(per_completion.abs().max())):
         raise ConfigError(

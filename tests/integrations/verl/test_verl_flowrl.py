@@ -14,12 +14,13 @@ from test_verl_worker import PROMPT, RESPONSE, B, _to_worker
 from verl_cpu import compose, cpu_overrides, tiny_model
 
 from sagerl.errors import ConfigError
+from sagerl.integrations.verl.log_partition import HEAD
 
 BETA = 2.0  # FlowRL's reward scale (the authors' 15 would make β·A dwarf the log-prob terms on this batch)
 
 
-def _overrides(**extra):
-    fields = f"loss_mode:sage,guide:none,policy_term:flowrl,flowrl_beta:{BETA}"
+def _overrides(fields="", **extra):
+    fields = f"loss_mode:sage,guide:none,policy_term:flowrl,flowrl_beta:{BETA}{fields}"
     actor = "actor_rollout_ref.actor"
     settings = {
         "use_kl_loss": "True",
@@ -33,10 +34,10 @@ def _overrides(**extra):
     ]
 
 
-def _worker(model_dir, overrides):
+def _worker(model_dir, overrides, extra=()):
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    cfg = compose(cpu_overrides(model_dir, batch_size=B, micro_batch_size=B // 2) + overrides)
+    cfg = compose(cpu_overrides(model_dir, batch_size=B, micro_batch_size=B // 2) + [*extra, *overrides])
     w = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
     w.init_model()
     return w
@@ -57,6 +58,12 @@ def _full(state):
     return {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()
     }
+
+
+def _head_state(worker):
+    """The head's weights, full, from the actor's state dict (FSDP1's or FSDP2's)."""
+    state = worker.actor.engine.module.state_dict()
+    return {k.split(f"{HEAD}.", 1)[1]: v for k, v in state.items() if f"{HEAD}." in k}
 
 
 def _no_dropout(head):
@@ -107,7 +114,7 @@ def _expected(model_dir, data, head_state):
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     head = LogPartitionHead(model.config.hidden_size)
-    head.load_state_dict({k.removeprefix("flowrl_log_z."): v for k, v in head_state.items()})
+    head.load_state_dict({k.split(f"{HEAD}.", 1)[-1]: v for k, v in head_state.items()})
     _no_dropout(head)
     ids, attention = data.batch["input_ids"], data.batch["attention_mask"]
     out = model(
@@ -158,6 +165,37 @@ def test_flowrl_update_is_the_objectives_and_trains_the_head(model_dir):
     assert moved > 1e-4, "verl's optimizer should have stepped the log Z head"
 
 
+def test_the_hook_reads_no_parameters_as_under_fsdp1(model_dir):
+    """verl's default strategy, FSDP1 with ``use_orig_params=False``, replaces each weight of the head by a plain
+    tensor (a view of its flat parameter) during the forward, so the head has no parameters then; the hook still
+    gives each prompt's log Z. (FSDP1 itself needs a GPU in verl: ``sync_module_states``.)"""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from sagerl.integrations.verl.log_partition import LOG_Z, PromptLayout, with_head
+
+    model = with_head(lambda: AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32))()
+    head = getattr(model, HEAD)
+    _no_dropout(head)
+    reference = copy.deepcopy(head)
+    for module in head.modules():
+        for name, weight in list(module._parameters.items()):
+            del module._parameters[name]
+            setattr(module, name, weight.detach().clone().requires_grad_())
+    assert not list(head.parameters())
+    ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(3))
+    prompt_lens = torch.tensor([3, 5])
+    LOG_Z.layout = PromptLayout(prompt_lens, torch.tensor([7, 7]), packed=False)
+    try:
+        out = model(input_ids=ids, output_hidden_states=True)
+        log_z = LOG_Z.take(2)
+    finally:
+        LOG_Z.clear()
+    mask = torch.arange(7)[None] < prompt_lens[:, None]
+    torch.testing.assert_close(log_z, reference(out.hidden_states[-1], mask).float())
+
+
 def test_the_rollouts_weights_leave_the_head_out(model_dir):
     from transformers import AutoModelForCausalLM
 
@@ -197,11 +235,30 @@ def test_flowrl_refuses_per_token_advantages(model_dir):
     [
         ({"use_kl_loss": "False"}, "set actor_rollout_ref.actor.use_kl_loss=True"),
         ({"loss_agg_mode": "token-mean"}, "loss_agg_mode=seq-mean-token-mean \\(got 'token-mean'\\)"),
+        ({"fields": ",entropy_adv_alpha:0.4"}, "the entropy advantage makes them per token"),
     ],
 )
 def test_flowrl_refuses_what_it_cannot_run_with(model_dir, extra, message):
     with pytest.raises(ConfigError, match=f"policy_term=flowrl: .*{message}"):
         _worker(model_dir, _overrides(**extra))
+
+
+def test_flowrl_refuses_ulysses_sequence_parallelism_at_start_up(model_dir):
+    """The engine's own setting (``fsdp_config.ulysses_sequence_parallel_size``; verl refuses it without packed
+    sequences before the loss is set, so the check is called on the actor's config here)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from sagerl.integrations.verl.config import check_actor_config
+
+    sp = [
+        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+        "actor_rollout_ref.model.use_remove_padding=True",
+    ]
+    cfg = compose(cpu_overrides(model_dir, batch_size=B, micro_batch_size=B // 2) + _overrides() + sp)
+    with pytest.raises(
+        ConfigError, match="policy_term=flowrl: Ulysses .*fsdp_config.ulysses_sequence_parallel_size=1"
+    ):
+        check_actor_config(omega_conf_to_dataclass(cfg.actor_rollout_ref.actor))
 
 
 def test_prompt_hidden_reads_the_same_prompts_packed_and_padded():
