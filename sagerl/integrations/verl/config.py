@@ -352,9 +352,10 @@ def _check_flowrl(actor_config: Any) -> None:
     if settings.entropy_adv_alpha > 0:
         problems.append("it takes one advantage per completion; the entropy advantage makes them per token")
     fsdp = getattr(actor_config, "fsdp_config", None)
-    if getattr(actor_config, "ulysses_sequence_parallel_size", 1) != 1 or (
-        getattr(fsdp, "ulysses_sequence_parallel_size", 1) or 1
-    ) != 1:
+    if (
+        getattr(actor_config, "ulysses_sequence_parallel_size", 1) != 1
+        or (getattr(fsdp, "ulysses_sequence_parallel_size", 1) or 1) != 1
+    ):
         problems.append(
             "Ulysses sequence parallelism splits a prompt's hidden states over ranks: set "
             "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 (and the deprecated "

@@ -163,7 +163,9 @@ def test_what_flowrls_log_z_head_relies_on():
     from verl.workers.engine.base import BaseEngine
 
     assert "self.get_per_tensor_param_shard()" in inspect.getsource(BaseEngine.prime_delta_snapshots)
-    assert "self.get_per_tensor_param_shard()" in inspect.getsource(FSDPEngine.get_per_tensor_param_delta_shard)
+    assert "self.get_per_tensor_param_shard()" in inspect.getsource(
+        FSDPEngine.get_per_tensor_param_delta_shard
+    )
     delta = _module_source("verl.checkpoint_engine.delta_checkpoint_engine")
     assert "engine.get_per_tensor_param()" in delta and "engine.get_per_tensor_param_delta_shard()" in delta
     from transformers.models.qwen2 import modeling_qwen2
