@@ -191,9 +191,9 @@ def check_finished_cells(study: Study, out: Path) -> None:
             new), with what to do: delete that cell's folder to rerun it, or give the cell another name.
     """
     stale = []
+    planned = _planned_eval_dtype(study)
     for build in study.builds or [None]:  # the reference's evaluation is paired with every cell's
         recorded = _reference_dtype(out / reference_folder(build))
-        planned = _planned_eval_dtype(study)
         if None not in (recorded, planned) and recorded != planned:
             stale.append(f"the reference evaluation{'' if build is None else f' of {build}'}: dtypes.eval "
                          f"({json.dumps(recorded)} -> {json.dumps(planned)})")  # fmt: skip

@@ -31,10 +31,11 @@ actor's config says ``loss_mode=sage`` (and is verl's own class otherwise). Comp
 rather than at the first step, and it also catches ``set_loss_fn`` calls and on-policy distillation, which
 would bypass SAGE. A second class attribute, ``ref_worker_cls``, becomes :class:`~.reference.SAGEReferenceWorker`:
 for APO (``policy_term=apo``) its reference pass also keeps the reference's top-K tokens for the actor's loss in
-the same process; for every other actor it is verl's own ``TrainingWorker``. For FlowRL (``policy_term=flowrl``) the SAGE worker also
-gives its own FSDP engine (that instance only) the log Z head: the model is built again with the head, and the
-engine's ``forward_step`` and weight exports are wrapped (:mod:`.log_partition`). The replacement happens only for verl versions in :data:`TESTED_VERL`, and
-tests/integrations/verl/test_verl_contract.py checks every verl internal it relies on.
+the same process; for every other actor it is verl's own ``TrainingWorker``. For FlowRL (``policy_term=flowrl``)
+the SAGE worker also gives its own FSDP engine (that instance only) the log Z head: the model is built again with
+the head, and the engine's ``forward_step`` and weight exports are wrapped (:mod:`.log_partition`). The
+replacement happens only for verl versions in :data:`TESTED_VERL`, and tests/integrations/verl/test_verl_contract.py
+checks every verl internal it relies on.
 
 Start-up errors (:class:`sagerl.errors.ConfigError`, one line): in the driver, SAGE's fields, a guide that
 reads inputs verl does not compute (a teacher's log-probs, the reference's entropies) and the verl version;

@@ -270,8 +270,8 @@ def check_actor_config(actor_config: Any) -> str:
         ConfigError: ``policy_loss`` is not :class:`SAGEPolicyLossConfig`; the guide (or SimKO) reads entropies
             but ``calculate_entropy`` is off; SimKO or APO with verl's fused kernels (no top-K hook); APO without
             ``use_kl_loss`` (verl runs no reference pass); FlowRL's settings (:func:`_check_flowrl`); a guide
-            without β > 0 (``use_kl_loss`` and
-            ``kl_loss_coef``); a ``kl_loss_type`` sagerl has no estimator for; or an entropy bonus.
+            without β > 0 (``use_kl_loss`` and ``kl_loss_coef``); a ``kl_loss_type`` sagerl has no estimator for;
+            or an entropy bonus.
     """
     settings = actor_config.policy_loss
     if not isinstance(settings, SAGEPolicyLossConfig):
@@ -327,8 +327,9 @@ def _check_flowrl(actor_config: Any) -> None:
     Raises:
         ConfigError: no reference pass (``use_kl_loss`` off: its residual reads log π_ref), an aggregation other
             than ``seq-mean-token-mean`` (its loss is a mean over completions), ``kl_placement=reward`` or the
-            entropy advantage (per-token advantages), verl's fused kernels (they skip the LM head whose input is the prompt's hidden states) or
-            Ulysses sequence parallelism (it splits a prompt's hidden states over ranks).
+            entropy advantage (per-token advantages), verl's fused kernels (they skip the LM head, whose input
+            are the prompt's hidden states) or Ulysses sequence parallelism (it splits a prompt's hidden states
+            over ranks), each named in one line.
     """
     settings = actor_config.policy_loss
     problems = []

@@ -12,7 +12,7 @@ norm, so the pull towards the Safe Manifold is in what verl applied.
 import pytest
 import torch
 from test_verl_simko import _batch, _positions
-from test_verl_worker import PROMPT, B, _to_worker
+from test_verl_worker import PROMPT, B, _to_worker, update_actor
 from verl_cpu import compose, cpu_overrides, tiny_model
 
 from sagerl.errors import ConfigError
@@ -71,18 +71,7 @@ def _update(actor, ref, data):
     data.batch["old_log_probs"] = old * mask
     data.batch["ref_log_prob"] = ref_logp * mask
     data.batch["advantages"] = advantages
-    td = _to_worker(
-        data,
-        calculate_entropy=False,
-        global_batch_size=B,
-        mini_batch_size=B,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    metrics = tu.get(actor.update_actor(td), "metrics")
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in metrics.items()}, advantages, ref_logp
+    return update_actor(actor, data, calculate_entropy=False), advantages, ref_logp
 
 
 def _expected(model_dir, data, advantages, beta):
@@ -152,26 +141,16 @@ def test_apo_without_a_reference_pass_in_the_process_is_refused(model_dir):
 
     actor, _ = _workers(model_dir)
     REFERENCE_TOPK.request(TOP_K)  # as the actor asked, with nothing kept yet
-    from verl.utils import tensordict_utils as tu
 
     data = _batch(model_dir)
     mask = data.batch["response_mask"]
     data.batch["old_log_probs"] = torch.zeros_like(mask, dtype=torch.float32)
     data.batch["ref_log_prob"] = torch.zeros_like(mask, dtype=torch.float32)
     data.batch["advantages"] = ((REWARDS - REWARDS.mean()) / REWARDS.std()).unsqueeze(1) * mask
-    td = _to_worker(
-        data,
-        global_batch_size=B,
-        mini_batch_size=B,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={},
-        compute_loss=True,
-    )
     with pytest.raises(
         ConfigError, match="the reference's top-K tokens of this batch are not in the actor's process"
     ):
-        tu.get(actor.update_actor(td), "metrics")
+        update_actor(actor, data, calculate_entropy=False)
 
 
 def test_apo_needs_verls_reference_pass(model_dir):

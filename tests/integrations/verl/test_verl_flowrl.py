@@ -10,7 +10,7 @@ and the weights verl would send to a rollout engine leave it out.
 import pytest
 import torch
 from test_verl_simko import REWARDS, _batch, _positions
-from test_verl_worker import PROMPT, RESPONSE, B, _to_worker
+from test_verl_worker import PROMPT, RESPONSE, B, _to_worker, actor_worker, update_actor
 from verl_cpu import compose, cpu_overrides, tiny_model
 
 from sagerl.errors import ConfigError
@@ -35,12 +35,7 @@ def _overrides(fields="", **extra):
 
 
 def _worker(model_dir, overrides, extra=()):
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-
-    cfg = compose(cpu_overrides(model_dir, batch_size=B, micro_batch_size=B // 2) + [*extra, *overrides])
-    w = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
-    w.init_model()
-    return w
+    return actor_worker(model_dir, [*extra, *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +82,7 @@ def _update(worker, data, advantages):
     data.batch["old_log_probs"] = old * mask
     data.batch["advantages"] = advantages
     data.batch["ref_log_prob"] = _reference_logp(data)
-    td = _to_worker(
-        data,
-        calculate_entropy=False,
-        global_batch_size=B,
-        mini_batch_size=B,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    metrics = tu.get(worker.update_actor(td), "metrics")
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in metrics.items()}
+    return update_actor(worker, data, calculate_entropy=False)
 
 
 def _group_advantages(data):

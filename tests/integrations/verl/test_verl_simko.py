@@ -11,8 +11,8 @@ part of the gradient is what verl applied.
 
 import pytest
 import torch
-from test_verl_worker import PROMPT, RESPONSE, B, _to_worker
-from verl_cpu import compose, cpu_overrides, tiny_model
+from test_verl_worker import PROMPT, RESPONSE, B, _to_worker, actor_worker, update_actor
+from verl_cpu import tiny_model
 
 from sagerl.errors import ConfigError
 
@@ -32,15 +32,6 @@ def _overrides(mix=MIX, **extra):
         "actor_rollout_ref.actor.calculate_entropy=True",
         "actor_rollout_ref.actor.use_kl_loss=False",
     ]
-
-
-def _worker(model_dir, overrides, mini_batch=B):
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-
-    cfg = compose(cpu_overrides(model_dir, batch_size=mini_batch, micro_batch_size=B // 2) + overrides)
-    w = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
-    w.init_model()
-    return w
 
 
 @pytest.fixture(scope="module")
@@ -145,25 +136,14 @@ def _update(worker, data):
     advantages = ((REWARDS - REWARDS.mean()) / REWARDS.std()).unsqueeze(1) * mask
     data.batch["old_log_probs"] = old * mask
     data.batch["advantages"] = advantages
-    td = _to_worker(
-        data,
-        calculate_entropy=True,
-        global_batch_size=B,
-        mini_batch_size=B,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    metrics = tu.get(worker.update_actor(td), "metrics")
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in metrics.items()}, advantages
+    return update_actor(worker, data, calculate_entropy=True), advantages
 
 
 @pytest.mark.parametrize("mix", [MIX, 0.0])
 def test_simko_update_is_the_objectives(model_dir, mix):
     from sagerl.integrations.verl.worker import SAGETrainingWorker
 
-    worker = _worker(model_dir, _overrides(mix=mix))
+    worker = actor_worker(model_dir, _overrides(mix=mix))
     assert isinstance(worker.actor, SAGETrainingWorker)
     data = _batch(model_dir)
     metrics, advantages = _update(worker, data)
@@ -181,29 +161,17 @@ def test_simko_update_is_the_objectives(model_dir, mix):
 
 
 def test_simko_refuses_off_policy_mini_batches(model_dir):
-    worker = _worker(model_dir, _overrides(), mini_batch=B // 2)
+    worker = actor_worker(model_dir, _overrides(), mini_batch=B // 2)
     data = _batch(model_dir)
     with pytest.raises(ConfigError, match="policy_term='simko' reads π_old's log-probs of top-K tokens"):
         _update_off_policy(worker, data)
 
 
 def _update_off_policy(worker, data):
-    from verl.utils import tensordict_utils as tu
-
     mask = data.batch["response_mask"]
     data.batch["old_log_probs"] = torch.zeros(B, RESPONSE)
     data.batch["advantages"] = ((REWARDS - REWARDS.mean()) / REWARDS.std()).unsqueeze(1) * mask
-    td = _to_worker(
-        data,
-        calculate_entropy=True,
-        global_batch_size=B // 2,
-        mini_batch_size=B // 2,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    return tu.get(worker.update_actor(td), "metrics")
+    return update_actor(worker, data, calculate_entropy=True, batch_size=B // 2)
 
 
 def test_simko_needs_the_entropies(model_dir):
@@ -212,4 +180,4 @@ def test_simko_needs_the_entropies(model_dir):
     with pytest.raises(
         ConfigError, match="SimKO \\(its high-entropy tokens\\) reads the policy's token entropies"
     ):
-        _worker(model_dir, overrides)
+        actor_worker(model_dir, overrides)

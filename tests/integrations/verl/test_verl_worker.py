@@ -56,15 +56,37 @@ def _to_worker(data, **extra):
     return td
 
 
-@pytest.fixture(scope="module")
-def worker(gloo_cpu, tmp_path_factory):
+def actor_worker(model_dir, overrides, mini_batch=B):
+    """verl's ``ActorRolloutRefWorker(role="actor")`` on the CPU (micro-batches of B / 2), its model built."""
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    model_dir = tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), initializer_range=0.3)
-    cfg = compose(cpu_overrides(model_dir, batch_size=B, micro_batch_size=B // 2) + SAGE_OVERRIDES)
+    cfg = compose(cpu_overrides(model_dir, batch_size=mini_batch, micro_batch_size=B // 2) + overrides)
     w = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
     w.init_model()
     return w
+
+
+def update_actor(worker, data, calculate_entropy, batch_size=B, **extra):
+    """One ``update_actor`` call on the whole of ``data`` (mini-batches of ``batch_size``, one epoch, no
+    shuffle); its metrics, one value each."""
+    from verl.utils import tensordict_utils as tu
+
+    settings = dict(epochs=1, seed=0, dataloader_kwargs={"shuffle": False}, compute_loss=True, **extra)
+    td = _to_worker(
+        data,
+        calculate_entropy=calculate_entropy,
+        global_batch_size=batch_size,
+        mini_batch_size=batch_size,
+        **settings,
+    )
+    metrics = tu.get(worker.update_actor(td), "metrics")
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in metrics.items()}
+
+
+@pytest.fixture(scope="module")
+def worker(gloo_cpu, tmp_path_factory):
+    model_dir = tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), initializer_range=0.3)
+    return actor_worker(model_dir, SAGE_OVERRIDES)
 
 
 def test_update_actor_step_is_the_objectives(worker):
@@ -93,17 +115,7 @@ def test_update_actor_step_is_the_objectives(worker):
     data.batch["advantages"] = advantages
 
     before = [p.detach().clone() for p in worker.actor.engine.module.parameters()]
-    td = _to_worker(
-        data,
-        calculate_entropy=True,
-        global_batch_size=B,
-        mini_batch_size=B,
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    metrics = tu.get(worker.update_actor(td), "metrics")
+    metrics = update_actor(worker, data, calculate_entropy=True)
     after = list(worker.actor.engine.module.parameters())
     change = sum((a.detach() - b).abs().sum().item() for a, b in zip(after, before, strict=True))
     assert change > 0
@@ -127,15 +139,11 @@ def test_update_actor_step_is_the_objectives(worker):
     def token_mean(x):
         return (x * mask).sum().item() / mask.sum().item()
 
-    def logged(name):
-        value = metrics[name]
-        return value[0] if isinstance(value, list) else value
-
-    assert logged("loss") == pytest.approx(expected.loss.item(), abs=1e-5)
-    assert logged("q/mean") == pytest.approx(valid.mean().item(), abs=1e-6)
-    assert logged("q/frac_above_1") == pytest.approx((valid > 1).float().mean().item(), abs=1e-6)
-    assert logged("q/frac_below_1") == pytest.approx(0.0, abs=1e-9)  # the branch guide never lowers q
-    assert logged("kl") == pytest.approx(token_mean(shaped_kl(old, ref, q.log(), "k3")), rel=1e-4)
-    assert logged("kl/reference") == pytest.approx(token_mean(shaped_kl(old, ref, None, "k3")), rel=1e-4)
-    assert logged("kl") != pytest.approx(logged("kl/reference"), rel=1e-3)  # the anchor is shaped
-    assert logged("kl_coef") == BETA
+    assert metrics["loss"] == pytest.approx(expected.loss.item(), abs=1e-5)
+    assert metrics["q/mean"] == pytest.approx(valid.mean().item(), abs=1e-6)
+    assert metrics["q/frac_above_1"] == pytest.approx((valid > 1).float().mean().item(), abs=1e-6)
+    assert metrics["q/frac_below_1"] == pytest.approx(0.0, abs=1e-9)  # the branch guide never lowers q
+    assert metrics["kl"] == pytest.approx(token_mean(shaped_kl(old, ref, q.log(), "k3")), rel=1e-4)
+    assert metrics["kl/reference"] == pytest.approx(token_mean(shaped_kl(old, ref, None, "k3")), rel=1e-4)
+    assert metrics["kl"] != pytest.approx(metrics["kl/reference"], rel=1e-3)  # the anchor is shaped
+    assert metrics["kl_coef"] == BETA
