@@ -34,10 +34,6 @@ def _overrides(fields="", **extra):
     ]
 
 
-def _worker(model_dir, overrides, extra=()):
-    return actor_worker(model_dir, [*extra, *overrides])
-
-
 @pytest.fixture(scope="module")
 def model_dir(gloo_cpu, tmp_path_factory):
     return tiny_model(tmp_path_factory.mktemp("tiny_qwen2_flowrl"), initializer_range=0.3)
@@ -53,12 +49,6 @@ def _full(state):
     return {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()
     }
-
-
-def _head_state(worker):
-    """The head's weights, full, from the actor's state dict (FSDP1's or FSDP2's)."""
-    state = worker.actor.engine.module.state_dict()
-    return {k.split(f"{HEAD}.", 1)[1]: v for k, v in state.items() if f"{HEAD}." in k}
 
 
 def _no_dropout(head):
@@ -128,7 +118,7 @@ def _expected(model_dir, data, head_state):
 def test_flowrl_update_is_the_objectives_and_trains_the_head(model_dir):
     from sagerl.integrations.verl.worker import SAGETrainingWorker
 
-    worker = _worker(model_dir, _overrides())
+    worker = actor_worker(model_dir, _overrides())
     assert isinstance(worker.actor, SAGETrainingWorker)
     head = _head(worker)
     _no_dropout(head)  # the authors' dropout 0.1 draws from torch's RNG: off, to compare values
@@ -183,7 +173,7 @@ def test_the_hook_reads_no_parameters_as_under_fsdp1(model_dir):
 def test_the_rollouts_weights_leave_the_head_out(model_dir):
     from transformers import AutoModelForCausalLM
 
-    worker = _worker(model_dir, _overrides())
+    worker = actor_worker(model_dir, _overrides())
     params, _ = worker.actor.engine.get_per_tensor_param()
     names = {name for name, _ in params}
     policy = set(AutoModelForCausalLM.from_pretrained(model_dir).state_dict())
@@ -192,7 +182,7 @@ def test_the_rollouts_weights_leave_the_head_out(model_dir):
 
 
 def test_verls_checkpoint_saves_and_resumes_the_head(model_dir, tmp_path):
-    worker = _worker(model_dir, _overrides())
+    worker = actor_worker(model_dir, _overrides())
     head, engine = _head(worker), worker.actor.engine
     engine.save_checkpoint(str(tmp_path), global_step=1)
     saved = _full(head.state_dict())
@@ -206,7 +196,7 @@ def test_verls_checkpoint_saves_and_resumes_the_head(model_dir, tmp_path):
 
 
 def test_flowrl_refuses_per_token_advantages(model_dir):
-    worker = _worker(model_dir, _overrides())
+    worker = actor_worker(model_dir, _overrides())
     data = _batch(model_dir)
     advantages = _group_advantages(data)
     advantages[0, 1] += 0.5
@@ -224,7 +214,7 @@ def test_flowrl_refuses_per_token_advantages(model_dir):
 )
 def test_flowrl_refuses_what_it_cannot_run_with(model_dir, extra, message):
     with pytest.raises(ConfigError, match=f"policy_term=flowrl: .*{message}"):
-        _worker(model_dir, _overrides(**extra))
+        actor_worker(model_dir, _overrides(**extra))
 
 
 def test_flowrl_refuses_ulysses_sequence_parallelism_at_start_up(model_dir):
