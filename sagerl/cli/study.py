@@ -28,6 +28,18 @@ def study_command(
         help="Cells run at once, each in its own process with the study's torch threads (threads: 1 by "
         "default; the same results whatever --jobs; 2 on a 2-core machine halves the time of tiny-model studies).",
     ),
+    until: str | None = typer.Option(
+        None,
+        "--until",
+        help="Start no run after this time: a clock time today (HH:MM, local) or a duration from now (90m, 2h, "
+        "1h30m). Runs under way finish; the rest wait for the next call (a study over several sittings).",
+    ),
+    archive: str | None = typer.Option(
+        None,
+        "--archive",
+        help="Then write the study folder's results without weights (finished runs, reference, aggregate) to "
+        "this .tar.gz; `tar xzf FILE -C <folder's parent>` restores them and a rerun skips what they hold.",
+    ),
 ) -> None:
     """Run a study cell by cell (resumable; failed cells reported) and write one table with 95% CIs over seeds."""
     import json
@@ -35,12 +47,19 @@ def study_command(
 
     from rich.console import Console
 
+    from sagerl.errors import ConfigError
     from sagerl.study import cell_commands, check_finished_cells, reference_commands, run_study, study_folder
+    from sagerl.study.archive import archive_study
     from sagerl.study.folders import read_cell_status
     from sagerl.study.spec import load_studies
     from sagerl.study.table import finished_summary, render_terminal, write_study_table
 
+    deadline = None if until is None else deadline_from(until)
     studies = load_studies(study_file, check_models=not dry_run)
+    if archive is not None and len(studies) > 1:
+        raise ConfigError(
+            f"--archive: {study_file} has {len(studies)} settings; archive one study file's folder"
+        )
     folders = [study_folder(study, out) for study in studies]
     for study, folder in zip(studies, folders, strict=True):  # every setting is checked before any trains
         check_finished_cells(study, folder)
@@ -63,7 +82,7 @@ def study_command(
         if aggregate_only:
             data = write_study_table(study, folder)
         else:
-            run_study(study, folder, progress=progress, log=typer.echo, jobs=jobs)
+            run_study(study, folder, progress=progress, log=typer.echo, jobs=jobs, until=deadline)
             data = json.loads((folder / "study.json").read_text(encoding="utf-8"))
         console.print(render_terminal(data))  # fits the terminal; table.md has the same, as markdown
         if (folder / "paired.md").is_file():
@@ -71,6 +90,12 @@ def study_command(
         if (folder / "frontier.md").is_file():
             typer.echo((folder / "frontier.md").read_text(encoding="utf-8"))
         typer.echo(f"{finished_summary(study, folder)}; every column: {folder / 'table.md'}")
+        if archive is not None:
+            written = archive_study(study, folder, archive)
+            typer.echo(
+                f"archive: {written.path} ({written.finished} finished runs, {written.unfinished} not in it; "
+                f"{written.files} files, {written.size / 1e6:.1f} MB)"
+            )
         statuses = [read_cell_status(folder, cell) for cell in study.cells]
         failed += sum(1 for status in statuses if status is not None and status.get("status") != "ok")
         total += len(statuses)
@@ -81,3 +106,34 @@ def study_command(
     if failed:  # exit status 1, so that scripts and schedulers notice
         typer.echo(f"sagerl study: {failed} of {total} runs failed (errors above)", err=True)
         raise typer.Exit(1)
+
+
+def deadline_from(text: str, now: float | None = None) -> float:
+    """``--until``'s time as seconds since the epoch: ``HH:MM`` is that clock time today (local; tomorrow if it
+    has passed), a duration (``90m``, ``2h``, ``1h30m``, ``45s``) counts from ``now`` (default: the present).
+
+    Raises:
+        ConfigError: neither form: one line with the forms accepted.
+    """
+    import re
+    import time
+    from datetime import datetime, timedelta
+
+    from sagerl.errors import ConfigError
+
+    now = time.time() if now is None else now
+    text = text.strip()
+    clock = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", text)
+    if clock:
+        today = datetime.fromtimestamp(now)
+        at = today.replace(hour=int(clock[1]), minute=int(clock[2]), second=0, microsecond=0)
+        if at.timestamp() <= now:
+            at += timedelta(days=1)
+        return at.timestamp()
+    duration = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    if text and duration:
+        hours, minutes, seconds = (int(g or 0) for g in duration.groups())
+        return now + 3600 * hours + 60 * minutes + seconds
+    raise ConfigError(
+        f"--until {text!r}: give a clock time (HH:MM, e.g. 19:30) or a duration (90m, 2h, 1h30m)"
+    )

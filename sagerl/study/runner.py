@@ -378,9 +378,14 @@ def _init_worker(filters: list) -> None:
     warnings.filters[:] = filters
 
 
-def _run_cell_in_worker(study: Study, out: Path, cell: Cell, progress: bool = False) -> dict[str, Any]:
+def _run_cell_in_worker(
+    study: Study, out: Path, cell: Cell, progress: bool = False, until: float | None = None
+) -> dict[str, Any]:
     """:func:`run_cell` in a worker process of :func:`run_study` (the study's threads, as every run); quiet
-    unless ``progress``."""
+    unless ``progress``; not started once ``until`` has passed (checked when the worker takes the run up)."""
+    skipped = _not_started(until)
+    if skipped is not None:
+        return skipped
     from transformers.utils import logging as hf_logging
 
     if not progress:
@@ -430,6 +435,7 @@ def run_study(
     progress: bool = False,
     log: Callable[[str], None] = print,
     jobs: int = 1,
+    until: float | None = None,
 ) -> Path:
     """Run every unfinished cell of ``study`` (reference first) into ``out`` (default :func:`study_folder`),
     then write the aggregate table. Runs go seed by seed (each cell's run of the first seed, in file order, then
@@ -442,6 +448,9 @@ def run_study(
             gives the same weights whatever ``jobs`` (tests/study checks it): ``jobs`` only trades cores for
             time. On a 2-core machine ``jobs=2`` with ``threads: 1`` runs the planted task's tiny-model cells
             about twice as fast. Progress bars are off in the workers.
+        until: a time (seconds since the epoch, as ``time.time()``) after which no run starts: the runs under
+            way finish, the others are logged as not started and left for a later call (a sitting of a study
+            longer than the machine is held; ``sagerl study --until``). The reference evaluations always run.
 
     Returns:
         the study folder.
@@ -475,8 +484,11 @@ def run_study(
     # seed by seed (every cell's first seed, then the next): a study stopped partway holds whole seeds to pair
     seed_order = {seed: n for n, seed in enumerate(dict.fromkeys(c.seed for c in study.cells))}
     todo.sort(key=lambda item: (seed_order[item[1].seed], item[0]))
+    later: list[Cell] = []  # runs not started: past ``until``
 
     def report(i: int, cell: Cell, status: dict[str, Any]) -> None:
+        if status["status"] == NOT_STARTED:
+            later.append(cell)
         detail = f"{status['total_s']:.0f} s" if status["status"] == "ok" else status["error"]
         log(f"[{i}/{len(study.cells)}] {_run_label(cell)}: {status['status']} ({detail})")
 
@@ -488,7 +500,7 @@ def run_study(
             log(reference_line(build))
             run_reference(study, out, progress=progress, build=build)
         for i, cell in todo:
-            report(i, cell, run_cell(study, out, cell, progress=progress))
+            report(i, cell, _not_started(until) or run_cell(study, out, cell, progress=progress))
     else:
         import multiprocessing
         import warnings
@@ -512,10 +524,24 @@ def run_study(
                 else:
                     run_reference(study, out, progress=progress, build=build)
             submitted = {
-                pool.submit(_run_cell_in_worker, study, out, cell, shown): (i, cell) for i, cell in todo
+                pool.submit(_run_cell_in_worker, study, out, cell, shown, until): (i, cell)
+                for i, cell in todo
             }
             for future in as_completed(submitted):
                 report(*submitted[future], future.result())
     write_study_table(study, out)
-    log(f"study total {time.perf_counter() - start:.0f} s this call; table: {out / 'table.md'}")
+    left = f"; {len(later)} runs not started (past --until): run the study again to go on" if later else ""
+    log(f"study total {time.perf_counter() - start:.0f} s this call; table: {out / 'table.md'}{left}")
     return out
+
+
+NOT_STARTED = "not started"
+"""The status :func:`run_study` reports (and writes nowhere) for a run it did not start: past its ``until``."""
+
+
+def _not_started(until: float | None) -> dict[str, Any] | None:
+    """The report of a run not started because ``until`` has passed; None while it has not (or is None)."""
+    if until is None or time.time() < until:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(until))
+    return {"status": NOT_STARTED, "error": f"past {when}: left for a later call"}
