@@ -54,10 +54,14 @@ def _kept(path: Path) -> bool:
 def archive_members(study: Study, out: Path) -> tuple[list[Path], int, int]:
     """The files of the study folder ``out`` that go into its archive (relative to ``out``, sorted), the number
     of finished runs among them and the number of runs left out (failed, unfinished or not started)."""
-    members = [p.relative_to(out) for p in sorted(out.iterdir()) if p.is_file() and _kept(p.relative_to(out))]
-    reference = out / REFERENCE
-    if reference.is_dir():
-        members += [p.relative_to(out) for p in sorted(reference.rglob("*")) if p.is_file()]
+
+    def files(folder: Path, deep: bool = True) -> list[Path]:
+        found = folder.rglob("*") if deep else folder.iterdir()
+        return [p.relative_to(out) for p in sorted(found) if p.is_file()]
+
+    members = files(out, deep=False)
+    if (out / REFERENCE).is_dir():
+        members += files(out / REFERENCE)
     finished = unfinished = 0
     for cell in study.cells:
         status = read_cell_status(out, cell)
@@ -65,8 +69,7 @@ def archive_members(study: Study, out: Path) -> tuple[list[Path], int, int]:
             unfinished += 1
             continue
         finished += 1
-        folder = out / cell.folder
-        members += [p.relative_to(out) for p in sorted(folder.rglob("*")) if p.is_file()]
+        members += files(out / cell.folder)
     members = [m for m in members if _kept(m)]
     return members, finished, unfinished
 
