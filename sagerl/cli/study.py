@@ -62,7 +62,7 @@ def study_command(
         )
     folders = [study_folder(study, out) for study in studies]
     for study, folder in zip(studies, folders, strict=True):  # every setting is checked before any trains
-        check_finished_cells(study, folder)
+        check_finished_cells(study, folder, runs_here=not aggregate_only)
     if dry_run:
         for study, folder in zip(studies, folders, strict=True):
             for command in reference_commands(study, folder):

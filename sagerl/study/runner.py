@@ -178,7 +178,7 @@ def _show(value: Any) -> str:
     return "unset" if value is None else json.dumps(value)
 
 
-def check_finished_cells(study: Study, out: Path) -> None:
+def check_finished_cells(study: Study, out: Path, *, runs_here: bool = True) -> None:
     """Refuse a rerun in which a finished cell's settings changed.
 
     A cell's ``cell.json`` records its preset, train overrides (the study's ``train.set``, the cell's
@@ -186,14 +186,27 @@ def check_finished_cells(study: Study, out: Path) -> None:
     this record hold only the preset and the cell's ``set`` (or no preset keys), which are then what is
     compared.
 
+    Args:
+        runs_here: the precisions (``dtype: auto`` resolved) are compared with what this machine resolves
+            them to, since the runs to come run here. False where nothing runs (``--aggregate-only``, which
+            may be read on any machine, an archive restored on a CPU without bfloat16 units included): the
+            finished runs' and the reference's precisions are then compared with each other, so a table
+            still never pairs runs of two precisions.
+
     Raises:
         ConfigError: naming the study folder, each changed cell and seed, and the keys that differ (old ->
-            new), with what to do: delete that cell's folder to rerun it, or give the cell another name.
+            new), with what to do: delete that cell's folder to rerun it, or give the cell another name; or,
+            with ``runs_here=False``, each precision the finished runs ran in and which runs.
     """
     stale = []
-    planned = _planned_eval_dtype(study)
+    planned = _planned_eval_dtype(study) if runs_here else None
+    ran_in: dict[tuple[str, str], list[str]] = {}  # runs_here=False: (stage, dtype) -> the runs that ran so
     for build in study.builds or [None]:  # the reference's evaluation is paired with every cell's
         recorded = _reference_dtype(out / reference_folder(build))
+        if recorded is not None and not runs_here:
+            ran_in.setdefault(("eval", recorded), []).append(
+                f"the reference{'' if build is None else f' of {build}'}"
+            )
         if None not in (recorded, planned) and recorded != planned:
             stale.append(f"the reference evaluation{'' if build is None else f' of {build}'}: dtypes.eval "
                          f"({json.dumps(recorded)} -> {json.dumps(planned)})")  # fmt: skip
@@ -208,20 +221,30 @@ def check_finished_cells(study: Study, out: Path) -> None:
                 if key not in previous["settings"]:
                     now.pop(key)
             for key, value in list(now.get("dtypes", {}).items()):  # what this machine cannot tell
-                if value is None:
+                if value is None or not runs_here:
                     now["dtypes"].pop(key)
-                    previous["settings"]["dtypes"].pop(key, None)
+                    ran = previous["settings"]["dtypes"].pop(key, None)
+                    if not runs_here and ran is not None:
+                        ran_in.setdefault((key, ran), []).append(f"{cell.name} seed {cell.seed}")
             diffs += _differences(previous["settings"], now)
         else:
             diffs += _differences(previous.get("overrides", {}), json.loads(json.dumps(cell.overrides)))
         if diffs:
             stale.append(f"{cell.name} seed {cell.seed}: {', '.join(diffs)}")
+    for stage in ("train", "eval"):
+        kinds = {dtype: runs for (where, dtype), runs in ran_in.items() if where == stage}
+        if len(kinds) > 1:
+            shown_kinds = (
+                f"{dtype} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})"
+                for dtype, runs in kinds.items()
+            )
+            stale.append(f"dtypes.{stage}: the finished runs ran in {' and '.join(shown_kinds)}")
     if stale:
         shown = "; ".join(stale[:5]) + (f"; and {len(stale) - 5} more" if len(stale) > 5 else "")
         dtype_hint = (
             " (dtype: auto resolves by the machine, bfloat16 where the CPU has bfloat16 units: to go on in the "
             "finished runs' precision, set dtype in train.set and eval.dtype, or run on a machine of their kind)"
-            if "dtypes." in shown
+            if "dtypes." in shown and runs_here
             else ""
         )
         raise ConfigError(

@@ -347,6 +347,51 @@ def test_a_study_is_not_continued_in_another_precision(tmp_path, monkeypatch):
         check_finished_cells(before, out)
 
 
+def test_aggregating_reads_finished_runs_on_any_machine_but_never_two_precisions(tmp_path, monkeypatch):
+    """``--aggregate-only`` runs nothing here, so this machine's precision is not compared (an archive of bfloat16
+    runs restored on a float32-only CPU aggregates); the finished runs' and the reference's precisions are
+    compared with each other instead, and a mix is refused, naming both precisions and their runs."""
+    from sagerl.study.runner import _recorded_settings, check_finished_cells
+
+    monkeypatch.setenv("SAGERL_DTYPE", "bfloat16")  # the machine that ran them
+    before = study(cells=[{"preset": "grpo"}, {"preset": "dapo"}], seeds=[0])
+    out = tmp_path / "out"
+    for cell in before.cells:
+        _finish(
+            out, cell, {"preset": cell.preset, "overrides": {}, "settings": _recorded_settings(before, cell)}
+        )
+    reference = out / "reference"
+    reference.mkdir()
+    (reference / "eval_config.json").write_text(
+        json.dumps({"engine": {"dtype": "bfloat16", "backend": "hf"}})
+    )
+
+    monkeypatch.setenv("SAGERL_DTYPE", "float32")  # the machine that aggregates them
+    with pytest.raises(ConfigError, match="dtypes.train"):
+        check_finished_cells(before, out)  # a run would continue here in float32: refused
+    check_finished_cells(before, out, runs_here=False)  # reading them is not
+
+    dapo = json.loads((out / before.cells[1].folder / "cell.json").read_text())
+    dapo["settings"]["dtypes"] = {"train": "float32", "eval": "float32"}  # as if from a float32 machine
+    (out / before.cells[1].folder / "cell.json").write_text(json.dumps(dapo))
+    with pytest.raises(ConfigError) as error:
+        check_finished_cells(before, out, runs_here=False)
+    message = str(error.value)
+    assert (
+        "dtypes.train: the finished runs ran in bfloat16 (grpo seed 0) and float32 (dapo seed 0)" in message
+    )
+    assert (
+        "dtypes.eval: the finished runs ran in bfloat16 (the reference, grpo seed 0) and float32 (dapo seed 0)"
+        in message
+    )
+    yaml_path = tmp_path / "s.yaml"
+    yaml_path.write_text(
+        yaml.safe_dump({**BASE, "cells": [{"preset": "grpo"}, {"preset": "dapo"}], "seeds": [0]})
+    )
+    with pytest.raises(SystemExit):
+        main(["study", str(yaml_path), "--out", str(out), "--aggregate-only"])  # the CLI's check is this one
+
+
 def test_cli_exits_1_when_a_cell_failed_and_dry_run_refuses_changed_cells(tmp_path, capsys):
     spec = {**BASE, "seeds": [0], "cells": [{"preset": "grpo+branch", "name": "broken", "set": {"guide": "teacher", "teacher_model": str(tmp_path / "none")}}]}  # fmt: skip
     path = tmp_path / "grid.yaml"
