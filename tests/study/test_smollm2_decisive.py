@@ -7,14 +7,17 @@ import importlib.util
 import math
 import re
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
+from scipy.stats import t as scipy_t
 
 from sagerl.cli import main
+from sagerl.precision import CPU_BF16_FLAGS
 from sagerl.study.spec import load_studies
-from sagerl.study.statistics import t_quantile
+from sagerl.study.statistics import t_interval, t_quantile
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "studies" / "smollm2_sizing.py"
@@ -175,3 +178,123 @@ def test_the_decisive_study_dry_run_lists_every_run_and_each_resolves(capsys, mo
     for preset in ("pkpo-anneal", "maxpo-anneal"):
         assert "passk_k_schedule: cosine" in seen[preset]
     assert "advantage_estimator: maxpo" in seen["maxpo-anneal"] and "passk_k: 7" in seen["maxpo-anneal"]
+
+
+ARCHIVE = ROOT / "studies" / "results" / "smollm2-decisive.tar.gz"
+REPORT = ROOT / "studies" / "smollm2_decisive.py"
+
+
+def test_the_archive_of_the_sittings_restores_whole_runs_of_one_precision(tmp_path, capsys):
+    """studies/results/smollm2-decisive.tar.gz, the finished runs of the sittings so far (issue 36): restored,
+    it aggregates with ``--aggregate-only`` to the count of runs docs/real-lm.md states; every run and the base
+    model's evaluation ran in bfloat16 (train and eval), natively, one thread, on a CPU with bf16 units (the
+    pairs compare one precision: a sitting on another kind of CPU must not mix in float32); each trained its
+    96 steps; and the finished runs are the first of the seed-by-seed order (whole seeds, then a prefix of
+    the next), so every paired difference has its GRPO run."""
+    import json
+    import tarfile
+
+    with tarfile.open(ARCHIVE) as archive:
+        archive.extractall(tmp_path, filter="data")
+    out = tmp_path / "study-smollm2-decisive"
+    main(["study", str(STUDY), "--aggregate-only", "--out", str(out)])
+    said = re.search(r"(\d+) of 50 runs: 5 cells x 10 seeds", capsys.readouterr().out)
+    assert said is not None
+    finished = int(said.group(1))
+    text = " ".join(PAGE.read_text(encoding="utf-8").split()).replace("**", "").lower()
+    assert f"the archive holds {finished} of the 50 runs" in text
+
+    with tarfile.open(ARCHIVE) as archive:  # what the sitting wrote, which the report reads
+        archived = json.load(archive.extractfile("study-smollm2-decisive/study.json"))
+    again = json.loads((out / "study.json").read_text())
+    assert again["paired"] == archived["paired"] and again["reference"] == archived["reference"]
+    assert {c: e["per_seed"] for c, e in again["cells"].items()} == {
+        c: e["per_seed"] for c, e in archived["cells"].items()
+    }
+
+    (study,) = load_studies(STUDY, check_models=False)
+    order = sorted(study.cells, key=lambda c: (c.seed, study.cell_names.index(c.name)))
+    done = [c for c in order if (out / c.folder / "cell.json").exists()]
+    assert done == order[:finished], "the finished runs are not the seed-by-seed order's first"
+    reference = json.loads((out / "reference" / "results.json").read_text())["meta"]
+    assert (reference["dtype"], reference["kernel_mode"], reference["limit"]) == ("bfloat16", "native", 128)
+    for cell in done:
+        folder = out / cell.folder
+        record = json.loads((folder / "cell.json").read_text())
+        assert record["status"] == "ok" and record["settings"]["dtypes"] == {
+            "train": "bfloat16",
+            "eval": "bfloat16",
+        }
+        assert record["settings"]["threads"] == 1 and record["settings"]["kernels"] == "native"
+        for call in record["calls"]:
+            isa = set(call["machine"]["isa"])
+            assert isa & set(CPU_BF16_FLAGS), (cell.folder, call["machine"]["cpu"])
+        meta = json.loads((folder / "eval" / "results.json").read_text())["meta"]
+        assert meta["dtype"] == "bfloat16" and meta["samples_total"] == 128 * 32
+        last = json.loads((folder / "train" / "metrics.jsonl").read_text().splitlines()[-1])
+        assert last["step"] == 96, cell.folder
+        assert not (folder / "train" / "model").exists()  # no weights in the repository
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("smollm2_decisive", REPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reports_verdicts_follow_the_rule_written_before_the_runs():
+    """A comparison is resolved when its 95% t interval over the 10 seeds excludes 0; fewer seeds: interim."""
+    report = load_report()
+    ten = [0.01 * (i + 1) for i in range(10)]  # mean 0.055, sd 0.0303: t_{0.975,9} 2.262 -> [0.033, 0.077]
+    mean, low, high = t_interval(ten)
+    assert (round(low, 4), round(high, 4)) == (0.0333, 0.0767)
+    entry = {"values": ten, "ci": [low, high], "mean": mean}
+    assert report.verdict(entry) == "resolved: better"
+    assert report.verdict({**entry, "ci": [-high, -low]}) == "resolved: worse"
+    assert report.verdict({**entry, "ci": [-0.01, 0.1]}) == "not resolved"
+    assert report.verdict({**entry, "values": ten[:9]}) == "interim (9 of 10 seeds)"
+    assert report.verdict({"values": [0.1], "ci": [None, None], "mean": 0.1}) == "interim (1 of 10 seeds)"
+
+
+def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys):
+    """docs/real-lm.md shows the report of studies/smollm2_decisive.py on the archive verbatim (both tables
+    and the runs below the base model), and every row's mean and interval are the per-seed differences' own
+    (recomputed here with the exact t), and every crossover k is where the row's gains turn negative for good."""
+    report = load_report()
+    report.main([])
+    out = capsys.readouterr().out
+    text = PAGE.read_text(encoding="utf-8")
+    tables = [block for block in out.split("\n\n") if block.startswith("|")]
+    assert len(tables) == 2
+    for table in tables:
+        assert table.strip() in text
+    assert out.strip().splitlines()[-1] in text
+    data = report.read_aggregate()
+
+    def numbers(text: str) -> list[float]:
+        return [float(x) for x in re.findall(r"[+-]?\d+\.\d", text.replace("−", "-"))]
+
+    for line in tables[0].splitlines()[2:]:
+        name, seeds, values, shown, _ = (c.strip() for c in line.strip("|").split("|"))
+        cell, k = re.fullmatch(r"`(.+)` pass@(\d+)", name).groups()
+        diffs = data["paired"]["cells"][cell][f"pass@{k}/arith_l1"]["values"]
+        assert numbers(values) == [round(100 * d, 1) for d in diffs] and len(diffs) == int(seeds), line
+        want = [statistics.fmean(diffs)]
+        if len(diffs) > 1:
+            half = scipy_t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+            want += [want[0] - half, want[0] + half]
+        assert numbers(shown) == [round(100 * w, 1) for w in want], line
+    reference = data["reference"]
+    for line in tables[1].splitlines()[2:]:
+        cell, seed = re.fullmatch(r"`(.+)` seed (\d+)", line.strip("|").split("|")[0].strip()).groups()
+        run = data["cells"][cell]["per_seed"][seed]
+        gains = [run[f"pass@{2**i}/arith_l1"] - reference[f"pass@{2**i}/arith_l1"] for i in range(6)]
+        assert numbers(line)[:6] == [round(100 * g, 1) for g in gains], line
+        below = [g < 0 for g in gains]
+        expected = "–"
+        if below[-1] and not all(below):
+            expected = str(
+                2 ** (len(below) - below[::-1].index(False))
+            )  # the first k of the last run below 0
+        assert line.strip("|").split("|")[-1].strip() == expected, line

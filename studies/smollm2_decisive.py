@@ -1,0 +1,156 @@
+"""What the decisive SmolLM2 study says so far (issue 36; docs/real-lm.md): its decisive comparisons and the
+Yue et al. crossover of every run, read from its archive.
+
+Reads the aggregate (``study.json``) that ``sagerl study studies/smollm2-decisive.yaml`` wrote at the end of
+its last sitting into ``studies/results/smollm2-decisive.tar.gz`` (nothing is extracted, no torch; the test
+checks that the archive's runs aggregate again to the same numbers) and prints two markdown tables:
+
+1. **The decisive comparisons**, fixed before any run (docs/real-lm.md, "Sizing the decisive study"): each cell
+   against GRPO's run of the same seed on pass@1 and pass@32 (the study's paired differences,
+   :func:`sagerl.study.statistics.paired_differences`: per-seed differences, their mean and 95% t interval,
+   mean ± t_{0.975, n-1}·sd/√n). The rule written down before the runs: a comparison is **resolved** when its
+   interval over the study's :data:`SEEDS` seeds excludes zero. Until a cell has them all, its row is
+   *interim* and says no more than that (an interval over 2 seeds is no verdict).
+2. **The crossover, run by run**: pass@k(run) − pass@k(base model) in points at every k the evaluation reports
+   (:func:`sagerl.study.table.run_gains`), and the crossover k of
+   :func:`sagerl.analysis.support.crossover_k`: the k from which the base model solves more within k samples
+   than the trained model (Yue et al. 2025, "Does RL really incentivize reasoning capacity beyond the base
+   model?"); "–" where the run stays level or ahead at the largest k.
+
+Usage: ``python studies/smollm2_decisive.py [--archive studies/results/smollm2-decisive.tar.gz]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from sagerl.analysis.support import crossover_k
+from sagerl.study.table import run_gains
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHIVE = ROOT / "studies" / "results" / "smollm2-decisive.tar.gz"
+AGGREGATE = "study-smollm2-decisive/study.json"
+DATASET = "arith_l1"
+BASELINE = "grpo"
+SEEDS = 10
+"""The seeds of studies/smollm2-decisive.yaml: a verdict waits for all of them."""
+COMPARISONS = (
+    ("pkpo-anneal@cosine", 1),
+    ("pkpo-anneal@cosine", 32),
+    ("passk", 32),
+    ("grpo+branch", 1),
+    ("grpo+branch", 32),
+    ("maxpo-anneal@cosine", 1),
+    ("maxpo-anneal@cosine", 32),
+)
+"""The comparisons with GRPO that the study decides (docs/real-lm.md): issue 36's four on the two axes, and the
+frontier's new rival (annealed MaxPO) on the same two."""
+
+
+def read_aggregate(path: Path = ARCHIVE) -> dict[str, Any]:
+    """The study's ``study.json`` as its last sitting wrote it, read from the archive without extracting it.
+
+    Raises:
+        SystemExit: the archive has no ``study.json`` of the study (it names the archive).
+    """
+    with tarfile.open(path) as archive:
+        try:
+            member = archive.extractfile(AGGREGATE)
+        except KeyError:
+            member = None
+        if member is None:
+            raise SystemExit(f"{path}: no {AGGREGATE} in the archive")
+        return json.loads(member.read())
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.1f}".replace("-", "−")
+
+
+def verdict(entry: dict[str, Any], seeds: int = SEEDS) -> str:
+    """The pre-registered rule on one paired comparison: ``interim (n of N seeds)`` below the study's seeds;
+    then ``resolved: better``/``resolved: worse`` when the 95% t interval excludes zero, else ``not
+    resolved``."""
+    n = len(entry["values"])
+    if n < seeds:
+        return f"interim ({n} of {seeds} seeds)"
+    low, high = entry["ci"]
+    if low is None or high is None:
+        return "not resolved"
+    if low > 0:
+        return "resolved: better"
+    if high < 0:
+        return "resolved: worse"
+    return "not resolved"
+
+
+def comparisons_table(data: dict[str, Any], seeds: int = SEEDS) -> str:
+    """Markdown: one row per comparison of :data:`COMPARISONS` with at least one paired seed: the per-seed
+    differences, their mean and 95% t interval (points; "n/a" with one seed) and :func:`verdict`."""
+    lines = [
+        f"| comparison (vs `{BASELINE}`) | seeds | per seed | mean [95% t] | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    paired = data["paired"]["cells"]
+    for cell, k in COMPARISONS:
+        entry = paired.get(cell, {}).get(f"pass@{k}/{DATASET}")
+        if not entry or not entry["values"]:
+            continue
+        values = ", ".join(_signed(100 * v) for v in entry["values"])
+        low, high = entry["ci"]  # null (NaN) with one seed
+        interval = "n/a" if low is None or math.isnan(low) else f"{_signed(100 * low)}, {_signed(100 * high)}"
+        lines.append(
+            f"| `{cell}` pass@{k} | {len(entry['values'])} | {values} | {_signed(100 * entry['mean'])} "
+            f"[{interval}] | {verdict(entry, seeds)} |"
+        )
+    return "\n".join(lines)
+
+
+def crossover_rows(data: dict[str, Any]) -> list[tuple[str, str, dict[int, float], int | None]]:
+    """(cell, seed, {k: gain over the base model in points}, crossover k) for every finished run, cells in the
+    study's order and seeds ascending."""
+    rows = []
+    for cell in data["cells"]:
+        for seed, gains in run_gains(data, cell, DATASET).items():
+            ks = sorted(gains)
+            rows.append((cell, seed, gains, crossover_k(ks, [gains[k] for k in ks])))
+    return rows
+
+
+def crossover_table(data: dict[str, Any]) -> str:
+    """Markdown: :func:`crossover_rows`, one row a run."""
+    rows = crossover_rows(data)
+    ks = sorted({k for _, _, gains, _ in rows for k in gains})
+    lines = [
+        "| run | " + " | ".join(f"k = {k}" for k in ks) + " | crossover k |",
+        "|---|" + "---|" * (len(ks) + 1),
+    ]
+    for cell, seed, gains, cross in rows:
+        cells = " | ".join(_signed(gains[k]) if k in gains else "—" for k in ks)
+        lines.append(f"| `{cell}` seed {seed} | {cells} | {cross or '–'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archive", type=Path, default=ARCHIVE, help="the decisive study's archive")
+    args = parser.parse_args(argv)
+    data = read_aggregate(args.archive)
+    runs = sum(len(entry["per_seed"]) for entry in data["cells"].values())
+    below = [f"`{c}` seed {s}" for c, s, gains, _ in crossover_rows(data) if gains[max(gains)] < 0]
+    print(f"{runs} runs of {args.archive.name}; paired differences to `{BASELINE}` in points\n")
+    print(comparisons_table(data))
+    print()
+    print(f"gain over the base model (pass@k, points) and the crossover k, run by run ({DATASET}):\n")
+    print(crossover_table(data))
+    print()
+    print(f"runs below the base model at the largest k: {', '.join(below) if below else 'none'}")
+
+
+if __name__ == "__main__":
+    main()
