@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 import warnings
@@ -306,6 +307,7 @@ def test_the_fingerprint_run_gives_the_recorded_bytes_on_this_cpu(tmp_path):
 # --- a published run, 100 steps ----------------------------------------------------------------------------
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "studies" / "results" / "pareto-confirm.tar.gz"
+PUBLISHED_STUDY = PUBLISHED.parents[1] / "pareto-confirm.yaml"
 PUBLISHED_RUN = "study-pareto-confirm/rare10/cells/grpo/b2/seed-2"
 """A run of the published frontier confirmation (``studies/pareto-confirm.yaml``, canonical kernels, run on the
 Intel Xeon with AMX): GRPO, 100 steps, on ``planted-reference-10`` build b2, seed 2; its ``eval/results.json``
@@ -334,46 +336,29 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     _canonical_or_skip()
     from sagerl.determinism import machine_record
     from sagerl.kernels import cpu_kind, environment
+    from sagerl.study.runner import cell_commands
+    from sagerl.study.spec import load_studies
 
     with tarfile.open(PUBLISHED) as tar:
         archived = json.load(tar.extractfile(f"{PUBLISHED_RUN}/eval/results.json"))
-    train = [
-        "--preset",
-        "grpo",
-        "--output-dir",
-        str(tmp_path / "train"),
-        "--model",
-        "planted-reference-10-b2",
-    ]
-    train += ["--dataset", "planted_train", "--max-steps", "100", "--kernels", "canonical"]
-    for key, value in (("per_device_train_batch_size", 64), ("gradient_accumulation_steps", 1),
-                       ("steps_per_generation", 2), ("learning_rate", 0.001), ("dtype", "float32"),
-                       ("max_completion_length", 24), ("save_steps", 100), ("seed", 2)):  # fmt: skip
-        train += ["--set", f"{key}={value}"]
-    evaluate = ["--model", str(tmp_path / "train" / "model"), "--dataset", "planted_common,planted_rare"]
-    evaluate += [
-        "-n",
-        "64",
-        "--max-new-tokens",
-        "24",
-        "--seed",
-        "0",
-        "--dtype",
-        "float32",
-        "--batch-size",
-        "256",
-    ]
-    evaluate += ["--out", str(tmp_path / "eval"), "--kernels", "canonical"]
-    for command, args in (("train", train), ("eval", evaluate)):
+    # the run's own commands, as the study prints them (so this test cannot drift from how the study runs it)
+    _, setting, _, cell_name, build, seed = PUBLISHED_RUN.split("/")
+    studies = load_studies(PUBLISHED_STUDY, check_models=False)
+    (study,) = [s for s in studies if s.name == f"pareto-confirm-{setting}"]
+    (cell,) = [c for c in study.cells if (c.name, c.build, f"seed-{c.seed}") == (cell_name, build, seed)]
+    out = tmp_path / "study"
+    for line in cell_commands(study, out, cell):
+        words = shlex.split(line)
+        assert words[:2] == ["OMP_NUM_THREADS=1", "sagerl"] and "--kernels" in words, line
         done = subprocess.run(
-            [sys.executable, "-m", "sagerl.cli", command, *args],
+            [sys.executable, "-m", "sagerl.cli", *words[2:]],
             env=environment("canonical", threads=1),
             capture_output=True,
             text=True,
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads((tmp_path / "eval" / "results.json").read_text())
+    got = json.loads((out / cell.folder / "eval" / "results.json").read_text())
 
     def numbers(results: dict) -> dict:
         return {
