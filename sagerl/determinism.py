@@ -20,7 +20,9 @@ which kernels ran.
 
 from __future__ import annotations
 
+import functools
 import platform
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,3 +104,40 @@ def machine_record() -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+
+
+def source_revision(root: Path) -> dict[str, Any] | None:
+    """The git revision of the checkout at ``root`` whose ``sagerl/`` package runs: ``{"revision": the commit's
+    first 12 hex digits, "modified": whether tracked files under ``sagerl/`` differ from it}``; ``None`` where
+    ``root`` is no git checkout (an installed wheel) or git cannot be run. Documentation, tests and study files
+    do not count as modified: only the code that computes."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if not (root / ".git").exists():
+        return None
+    revision = git("rev-parse", "--short=12", "HEAD")
+    if not revision:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "sagerl")
+    return {"revision": revision, "modified": None if changed is None else bool(changed)}
+
+
+@functools.lru_cache(maxsize=1)
+def code_record() -> dict[str, Any]:
+    """Which sagerl ran a result: ``{"sagerl": version, "revision": commit or None, "modified": bool or
+    None}`` (:func:`source_revision` of the checkout the package is imported from; both ``None`` for an
+    installed wheel). Recorded beside :func:`machine_record` in every study run's ``cell.json`` and every
+    evaluation's ``eval_config.json``, so that a study resumed over sittings at several commits says which
+    code ran each run. Read once per process."""
+    import sagerl
+
+    found = source_revision(Path(sagerl.__file__).resolve().parents[1])
+    return {"sagerl": sagerl.__version__, **(found or {"revision": None, "modified": None})}

@@ -319,9 +319,14 @@ def _evaluate_locked(
     model_id = settings["model"]
     max_new_tokens, temperature = settings["max_new_tokens"], settings["temperature"]
     top_p, seed, few_shot = settings["top_p"], settings["seed"], settings["few_shot"]
-    from sagerl.determinism import machine_record
+    from sagerl.determinism import code_record, machine_record
 
-    extra = {"created_at": _now(), "sagerl_version": __version__, "machine": machine_record()}
+    extra = {
+        "created_at": _now(),
+        "sagerl_version": __version__,
+        "machine": machine_record(),
+        "code": code_record(),
+    }
     stored = check_or_write_config(out, settings, extra)
     records = load_samples(out / SAMPLES_FILE)
     todo = _todo(problems, n, records)

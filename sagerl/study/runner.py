@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from sagerl.atomic_files import atomic_write_text
-from sagerl.determinism import fixed_threads, machine_record
+from sagerl.determinism import code_record, fixed_threads, machine_record
 from sagerl.errors import ConfigError, first_line
 from sagerl.kernels import CANONICAL, active_mode, effective_mode, environment
 from sagerl.run_lock import RunFolderLockedError
@@ -329,9 +329,10 @@ def run_cell(study: Study, out: Path, cell: Cell, progress: bool = False) -> dic
     status["overrides"] = cell.overrides
     status["settings"] = _recorded_settings(study, cell)
     status["machine"] = machine_record()  # not a setting: a rerun elsewhere resumes, the table says so
+    status["code"] = code_record()  # nor is the commit: study.json lists the commits the runs ran at
     if cell.build is not None:
         status["build"] = cell.build
-    this: dict[str, Any] = {"machine": status["machine"]}
+    this: dict[str, Any] = {"machine": status["machine"], "code": status["code"]}
     started = time.perf_counter()
 
     def record(state: str) -> None:

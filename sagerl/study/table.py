@@ -156,13 +156,40 @@ def _by_build(per_run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _machine_of_eval(folder: Path) -> dict[str, Any] | None:
+def _eval_record(folder: Path, key: str) -> dict[str, Any] | None:
+    """``key`` (``machine`` or ``code``) of the evaluation in ``folder``, as its ``eval_config.json`` recorded it
+    when the evaluation began; None when absent."""
     from sagerl.eval.samples import CONFIG_FILE
 
     try:
-        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("machine")
+        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get(key)
     except (OSError, ValueError):
         return None
+
+
+def _runs_by(study: Study, out: Path, key: str) -> list[dict[str, Any]]:
+    """The finished runs (and references) grouped by their record ``key``: ``[{key: record or None, "runs":
+    [...]}]`` in first-seen order; a cell's record is its ``cell.json``'s (the call that finished it), else its
+    evaluation's, a reference's its evaluation's."""
+    groups: list[dict[str, Any]] = []
+
+    def add(record: dict[str, Any] | None, run: str) -> None:
+        for group in groups:
+            if group[key] == record:
+                group["runs"].append(run)
+                return
+        groups.append({key: record, "runs": [run]})
+
+    for build in study.builds or [None]:
+        folder = out / reference_folder(build)
+        if (folder / "results.json").is_file():
+            add(_eval_record(folder, key), "reference" if build is None else f"reference {build}")
+    for cell in study.cells:
+        status = read_cell_status(out, cell)
+        if status is not None and status.get("status") == "ok":
+            record = status[key] if key in status else _eval_record(out / cell.folder / "eval", key)
+            add(record, f"{cell.name} {cell.run_key}")
+    return groups
 
 
 def run_machines(study: Study, out: Path) -> list[dict[str, Any]]:
@@ -171,25 +198,15 @@ def run_machines(study: Study, out: Path) -> list[dict[str, Any]]:
     recorded it). A cell's machine is the one that finished it (``cell.json``), the reference's the one that
     began its evaluation (``eval_config.json``). Float results differ between CPUs of other vector extensions
     (another kernel, another reduction order), so runs from two machines are not one experiment."""
-    groups: list[dict[str, Any]] = []
+    return _runs_by(study, out, "machine")
 
-    def add(machine: dict[str, Any] | None, run: str) -> None:
-        for group in groups:
-            if group["machine"] == machine:
-                group["runs"].append(run)
-                return
-        groups.append({"machine": machine, "runs": [run]})
 
-    for build in study.builds or [None]:
-        folder = out / reference_folder(build)
-        if (folder / "results.json").is_file():
-            add(_machine_of_eval(folder), "reference" if build is None else f"reference {build}")
-    for cell in study.cells:
-        status = read_cell_status(out, cell)
-        if status is not None and status.get("status") == "ok":
-            machine = status.get("machine", _machine_of_eval(out / cell.folder / "eval"))
-            add(machine, f"{cell.name} {cell.run_key}")
-    return groups
+def run_code(study: Study, out: Path) -> list[dict[str, Any]]:
+    """The sagerl code the study's finished runs ran: ``[{"code": record or None, "runs": [...]}]``, one entry
+    per distinct :func:`sagerl.determinism.code_record` (version, commit, whether ``sagerl/`` was modified;
+    ``None``: a run written before sagerl recorded it). A study resumed over sittings may run at several
+    commits; this says which run ran which, so a change of the code between sittings can be checked."""
+    return _runs_by(study, out, "code")
 
 
 def machines_note(data: Mapping[str, Any]) -> str | None:
@@ -273,6 +290,7 @@ def collect(study: Study, out: Path) -> dict[str, Any]:
                 paired_differences(cells, {"baseline": name, "metrics": metrics}) for name in more
             ]
     data["run_machines"] = run_machines(study, out)
+    data["run_code"] = run_code(study, out)
     data["total_time_s"] = round(
         sum(m.get("total_s", 0.0) for e in cells.values() for m in e["per_seed"].values()), 1
     )

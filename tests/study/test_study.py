@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -241,6 +242,15 @@ def test_two_cell_study_end_to_end(tmp_path, capsys):
         {"machine": here, "runs": ["reference", "grpo 0", "grpo 1", "grpo+branch@kl_placement=reward 0"]}
     ]
     assert "Note:" not in table
+    from sagerl.determinism import code_record
+
+    # and the code that ran it: this checkout's commit (a clone, as CI's) or, installed, none
+    assert data["run_code"] == [
+        {
+            "code": code_record(),
+            "runs": ["reference", "grpo 0", "grpo 1", "grpo+branch@kl_placement=reward 0"],
+        }
+    ]
     moved = out / "cells" / "grpo" / "seed-1" / "cell.json"
     status = json.loads(moved.read_text())
     moved.write_text(json.dumps({**status, "machine": {**here, "cpu": "Other CPU", "isa": ["amx_bf16"]}}))
@@ -510,3 +520,47 @@ def test_machine_record_names_the_kernels_torch_runs():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "DEFAULT"
+
+
+def test_source_revision_names_the_commit_and_whether_the_code_was_modified(tmp_path):
+    """The commit of the checkout the package runs from and whether ``sagerl/`` differs from it (a change to
+    the docs does not count: it computes nothing); no checkout, no revision."""
+    import subprocess
+
+    from sagerl.determinism import code_record, source_revision
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    assert source_revision(tmp_path) is None
+    (tmp_path / "sagerl").mkdir()
+    (tmp_path / "sagerl" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("text\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD").strip()
+    assert source_revision(tmp_path) == {"revision": head[:12], "modified": False}
+    (tmp_path / "README.md").write_text("other text\n")
+    (tmp_path / "sagerl" / "new.py").write_text("untracked\n")
+    assert source_revision(tmp_path)["modified"] is False
+    (tmp_path / "sagerl" / "a.py").write_text("x = 2\n")
+    assert source_revision(tmp_path) == {"revision": head[:12], "modified": True}
+
+    record = code_record()
+    assert record["sagerl"] and set(record) == {"sagerl", "revision", "modified"}
+    import sagerl
+
+    root = Path(sagerl.__file__).resolve().parents[1]
+    if (root / ".git").exists():  # this checkout (a clone: CI's, or a worktree)
+        assert record["revision"] == git_head(root)[:12]
+
+
+def git_head(root: Path) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
