@@ -33,12 +33,25 @@ def _outside_the_repository(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("smollm2_sizing", SCRIPT)
+def load_script(path: Path = SCRIPT):
+    """One of studies/'s scripts as a module (they are run as files, not imported from a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["smollm2_sizing"] = module  # dataclasses look their module up
+    sys.modules[path.stem] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def printed_tables(script, capsys) -> tuple[str, list[str]]:
+    """What ``script.main([])`` prints, and its markdown tables, each checked to be on docs/real-lm.md."""
+    script.main([])
+    out = capsys.readouterr().out
+    text = PAGE.read_text(encoding="utf-8")
+    tables = [block.strip() for block in out.split("\n\n") if block.startswith("|")]
+    assert len(tables) == 2
+    for table in tables:
+        assert table in text
+    return out, tables
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +129,8 @@ def test_power_and_the_evaluations_noise_against_known_values(sizing):
 
 def test_the_page_holds_the_scripts_tables(sizing, runs, capsys):
     """docs/real-lm.md's sizing section is the script's output: both tables verbatim and the time it states."""
-    sizing.main([])
-    out = capsys.readouterr().out
+    printed_tables(sizing, capsys)
     text = PAGE.read_text(encoding="utf-8")
-    tables = [block for block in out.split("\n\n") if block.startswith("|")]
-    assert len(tables) == 2
-    for table in tables:
-        assert table.strip() in text
     cost = sizing.cost_line(runs, 50)
     assert "median 2,422 s" in cost and "16.8 h at the median (13.7–24.1)" in cost
     assert cost in text
@@ -236,16 +244,9 @@ def test_the_archive_of_the_sittings_restores_whole_runs_of_one_precision(tmp_pa
         assert not (folder / "train" / "model").exists()  # no weights in the repository
 
 
-def load_report():
-    spec = importlib.util.spec_from_file_location("smollm2_decisive", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_reports_verdicts_follow_the_rule_written_before_the_runs():
     """A comparison is resolved when its 95% t interval over the 10 seeds excludes 0; fewer seeds: interim."""
-    report = load_report()
+    report = load_script(REPORT)
     ten = [0.01 * (i + 1) for i in range(10)]  # mean 0.055, sd 0.0303: t_{0.975,9} 2.262 -> [0.033, 0.077]
     mean, low, high = t_interval(ten)
     assert (round(low, 4), round(high, 4)) == (0.0333, 0.0767)
@@ -261,15 +262,9 @@ def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys
     """docs/real-lm.md shows the report of studies/smollm2_decisive.py on the archive verbatim (both tables
     and the runs below the base model), and every row's mean and interval are the per-seed differences' own
     (recomputed here with the exact t), and every crossover k is where the row's gains turn negative for good."""
-    report = load_report()
-    report.main([])
-    out = capsys.readouterr().out
-    text = PAGE.read_text(encoding="utf-8")
-    tables = [block for block in out.split("\n\n") if block.startswith("|")]
-    assert len(tables) == 2
-    for table in tables:
-        assert table.strip() in text
-    assert out.strip().splitlines()[-1] in text
+    report = load_script(REPORT)
+    out, tables = printed_tables(report, capsys)
+    assert out.strip().splitlines()[-1] in PAGE.read_text(encoding="utf-8")
     data = report.read_aggregate()
 
     def numbers(text: str) -> list[float]:
