@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
 
 from sagerl.cli.app import app
+
+if TYPE_CHECKING:
+    from sagerl.study.spec import Study
 
 
 @app.command("study")
@@ -34,6 +41,12 @@ def study_command(
         help="Start no run after this time: a clock time today (HH:MM, local) or a duration from now (90m, 2h, "
         "1h30m). Runs under way finish; the rest wait for the next call (a study over several sittings).",
     ),
+    finish_by: str | None = typer.Option(
+        None,
+        "--finish-by",
+        help="As --until, but the time the study should be done by: no run starts after it less the longest "
+        "run this study has finished (its cell.json), so the last runs end by then (the machine's end).",
+    ),
     archive: str | None = typer.Option(
         None,
         "--archive",
@@ -54,7 +67,12 @@ def study_command(
     from sagerl.study.spec import load_studies
     from sagerl.study.table import finished_summary, render_terminal, write_study_table
 
+    if until is not None and finish_by is not None:
+        raise ConfigError(
+            "--until and --finish-by: give one (--until: when runs stop starting; --finish-by: when they end)"
+        )
     deadline = None if until is None else deadline_from(until)
+    end = None if finish_by is None else deadline_from(finish_by, flag="--finish-by")
     studies = load_studies(study_file, check_models=not dry_run)
     if archive is not None and len(studies) > 1:
         raise ConfigError(
@@ -82,6 +100,8 @@ def study_command(
         if aggregate_only:
             data = write_study_table(study, folder)
         else:
+            if end is not None:
+                deadline = start_deadline(study, folder, end, log=typer.echo)
             run_study(study, folder, progress=progress, log=typer.echo, jobs=jobs, until=deadline)
             data = json.loads((folder / "study.json").read_text(encoding="utf-8"))
         console.print(render_terminal(data))  # fits the terminal; table.md has the same, as markdown
@@ -108,12 +128,32 @@ def study_command(
         raise typer.Exit(1)
 
 
-def deadline_from(text: str, now: float | None = None) -> float:
+def start_deadline(study: Study, folder: Path, end: float, log: Callable[[str], object] = print) -> float:
+    """``--finish-by``'s last start time for ``study``: ``end`` less the longest run the study has finished in
+    ``folder`` (:func:`sagerl.study.runner.longest_run_s`); ``end`` itself when none has finished (nothing to
+    go by: said in the log)."""
+    import time
+
+    from sagerl.study.runner import longest_run_s
+
+    longest = longest_run_s(study, folder)
+    if longest is None:
+        log("--finish-by: no finished run to time yet, so runs start until the time given")
+        return end
+    last = end - longest
+    log(
+        f"--finish-by {time.strftime('%H:%M', time.localtime(end))}: the longest finished run took {longest:,.0f} s, "
+        f"so no run starts after {time.strftime('%H:%M', time.localtime(last))}"
+    )
+    return last
+
+
+def deadline_from(text: str, now: float | None = None, flag: str = "--until") -> float:
     """``--until``'s time as seconds since the epoch: ``HH:MM`` is that clock time today (local; tomorrow if it
     has passed), a duration (``90m``, ``2h``, ``1h30m``, ``45s``) counts from ``now`` (default: the present).
 
     Raises:
-        ConfigError: neither form: one line with the forms accepted.
+        ConfigError: neither form: one line naming ``flag`` with the forms accepted.
     """
     import re
     import time
@@ -135,5 +175,5 @@ def deadline_from(text: str, now: float | None = None) -> float:
         hours, minutes, seconds = (int(g or 0) for g in duration.groups())
         return now + 3600 * hours + 60 * minutes + seconds
     raise ConfigError(
-        f"--until {text!r}: give a clock time (HH:MM, e.g. 19:30) or a duration (90m, 2h, 1h30m)"
+        f"{flag} {text!r}: give a clock time (HH:MM, e.g. 19:30) or a duration (90m, 2h, 1h30m)"
     )

@@ -559,6 +559,21 @@ def run_study(
     return out
 
 
+def longest_run_s(study: Study, out: Path) -> float | None:
+    """The longest ``total_s`` (training and evaluation, seconds, over every call) among the study's finished
+    runs in ``out``; None when none has finished. What ``sagerl study --finish-by`` keeps free before its end:
+    a run of the same study on the same machine is expected to take about as long (a run restored from an
+    archive made on another kind of machine took that machine's time)."""
+    times = [
+        float(status["total_s"])
+        for cell in study.cells
+        if (status := read_cell_status(out, cell)) is not None
+        and status.get("status") == "ok"
+        and isinstance(status.get("total_s"), (int, float))
+    ]
+    return max(times) if times else None
+
+
 NOT_STARTED = "not started"
 """The status :func:`run_study` reports (and writes nowhere) for a run it did not start: past its ``until``."""
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sagerl.cli import main
-from sagerl.cli.study import deadline_from
+from sagerl.cli.study import deadline_from, start_deadline
 from sagerl.errors import ConfigError
 from sagerl.study import load_study, run_study
 from sagerl.study.archive import archive_study
@@ -48,6 +48,30 @@ def test_until_reads_a_clock_time_or_a_duration():
     for bad in ("", "tomorrow", "25:00", "1.5h", "h", "19:30:00"):
         with pytest.raises(ConfigError, match=r"--until .*: give a clock time \(HH:MM"):
             deadline_from(bad, now)
+    with pytest.raises(ConfigError, match=r"^--finish-by 'soon': give a clock time"):
+        deadline_from("soon", now, flag="--finish-by")
+
+
+def test_finish_by_keeps_the_longest_finished_run_free_before_the_end(tmp_path, capsys):
+    """``--finish-by T``: no run starts after T less the longest run the study has finished (its cell.json's
+    total_s; failed runs do not count), so the last runs end by T; with none finished, T itself (said)."""
+    path = tmp_path / "sittings.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    study = load_study(path)
+    out = tmp_path / "out"
+    logs: list[str] = []
+    assert start_deadline(study, out, 10_000.0, log=logs.append) == 10_000.0
+    assert logs == ["--finish-by: no finished run to time yet, so runs start until the time given"]
+    for cell, status, seconds in zip(study.cells, ("ok", "ok", "failed"), (100.0, 250.5, 900.0), strict=True):
+        (out / cell.folder).mkdir(parents=True)
+        (out / cell.folder / "cell.json").write_text(json.dumps({"status": status, "total_s": seconds}))
+    logs.clear()
+    end = datetime(2026, 12, 6, 22, 0).timestamp()
+    assert start_deadline(study, out, end, log=logs.append) == end - 250.5
+    assert logs == ["--finish-by 22:00: the longest finished run took 250 s, so no run starts after 21:55"]
+    with pytest.raises(SystemExit):
+        main(["study", str(path), "--out", str(out), "--until", "1h", "--finish-by", "2h"])
+    assert "--until and --finish-by: give one" in capsys.readouterr().err
 
 
 def test_past_until_starts_no_run_but_the_reference(tmp_path):
