@@ -200,7 +200,7 @@ def check_finished_cells(study: Study, out: Path, *, runs_here: bool = True) -> 
     """
     stale = []
     planned = _planned_eval_dtype(study) if runs_here else None
-    ran_in: dict[tuple[str, str], list[str]] = {}  # runs_here=False: (stage, dtype) -> the runs that ran so
+    ran_in: dict[tuple[str, str], list[str]] = {}  # (stage, dtype) -> the runs in it
     for build in study.builds or [None]:  # the reference's evaluation is paired with every cell's
         recorded = _reference_dtype(out / reference_folder(build))
         if recorded is not None and not runs_here:
