@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import subprocess
 import sys
 import warnings
@@ -327,38 +326,38 @@ PUBLISHED_RUN_DIFFERENT = {
 """CPU kinds on which :data:`PUBLISHED_RUN` is known to rerun to other numbers, with the evidence."""
 
 
+def _trace_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "studies" / "published_run_trace.py"
+    spec = importlib.util.spec_from_file_location("published_run_trace", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     """Cross-CPU check at the length of a published run (the fingerprint's 2 steps can agree where 100 do not):
     :data:`PUBLISHED_RUN`'s two commands, under canonical kernels, give its archived pass@k, token counts and
-    truncation to every digit (about 30 s)."""
+    truncation to every digit (about 40 s). The training records a step trace
+    (``studies/published_run_trace.py``): on a CPU kind whose trace is kept, it must equal it at every step;
+    against the other kinds' traces, the first tensor that differs is in the test's message."""
     import tarfile
 
     _canonical_or_skip()
     from sagerl.determinism import machine_record
-    from sagerl.kernels import cpu_kind, environment
-    from sagerl.study.runner import cell_commands
-    from sagerl.study.spec import load_studies
+    from sagerl.kernels import cpu_kind
+    from sagerl.train.step_trace import first_difference, read_trace
 
+    script = _trace_script()
     with tarfile.open(PUBLISHED) as tar:
         archived = json.load(tar.extractfile(f"{PUBLISHED_RUN}/eval/results.json"))
-    # the run's own commands, as the study prints them (so this test cannot drift from how the study runs it)
     _, setting, _, cell_name, build, seed = PUBLISHED_RUN.split("/")
-    studies = load_studies(PUBLISHED_STUDY, check_models=False)
-    (study,) = [s for s in studies if s.name == f"pareto-confirm-{setting}"]
-    (cell,) = [c for c in study.cells if (c.name, c.build, f"seed-{c.seed}") == (cell_name, build, seed)]
-    out = tmp_path / "study"
-    for line in cell_commands(study, out, cell):
-        words = shlex.split(line)
-        assert words[:2] == ["OMP_NUM_THREADS=1", "sagerl"] and "--kernels" in words, line
-        done = subprocess.run(
-            [sys.executable, "-m", "sagerl.cli", *words[2:]],
-            env=environment("canonical", threads=1),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads((out / cell.folder / "eval" / "results.json").read_text())
+    assert (setting, build, seed) == (script.SETTING, script.BUILD, f"seed-{script.SEED}")
+    # the run's own commands, as the study prints them (so this test cannot drift from how the study runs it)
+    trace = tmp_path / "trace.json.gz"
+    folder = script.train_with_trace(cell_name, tmp_path / "study", trace, eval_too=True)
+    got = json.loads((folder / "eval" / "results.json").read_text())
 
     def numbers(results: dict) -> dict:
         return {
@@ -369,12 +368,23 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
         }
 
     kind = cpu_kind(machine_record())
+    mine, kept = read_trace(trace), script.recorded_traces(cell_name)
+    if script.kind_slug(kind) in kept:
+        found = first_difference(read_trace(kept[script.kind_slug(kind)]), mine)
+        assert found is None, f"the published run's trace on {kind} differs from the one kept for it: {found}"
+    against = "; ".join(
+        f"against {k}: {v}" for k, v in script.compare_with_recorded(cell_name, trace).items()
+    )
     if kind in PUBLISHED_RUN_DIFFERENT:
         assert numbers(got) != numbers(archived), f"{kind} now reruns the published run: update the record"
-        pytest.xfail(f"{kind} is known to rerun it to other numbers: {PUBLISHED_RUN_DIFFERENT[kind]}")
+        pytest.xfail(
+            f"{kind} is known to rerun it to other numbers: {PUBLISHED_RUN_DIFFERENT[kind]} ({against})"
+        )
     assert numbers(got) == numbers(archived), (
         f"{PUBLISHED_RUN} reruns to other numbers on {kind} (matched on: {'; '.join(PUBLISHED_RUN_MATCHED_ON)}); "
-        "record the kind in PUBLISHED_RUN_DIFFERENT with the evidence, or find the kernel that differs"
+        "record the kind in PUBLISHED_RUN_DIFFERENT with the evidence, or find the kernel that differs "
+        f"(the step trace: {against or 'no trace kept yet'}; python studies/published_run_trace.py --save keeps "
+        "this kind's)"
     )
 
 

@@ -34,6 +34,10 @@ from sagerl.errors import ConfigError, first_line
 from sagerl.run_lock import run_lock
 from sagerl.train.presets import load_preset
 
+STEP_TRACE_ENV = "SAGERL_STEP_TRACE"
+"""Environment variable: a path; when set, ``sagerl train`` records a step trace of the run there
+(:mod:`sagerl.train.step_trace`: digests of every tensor the models compute, to find where two runs part)."""
+
 # Trainer defaults that fit a 2-core CPU and the embedded model; every one can be overridden.
 TRAINER_DEFAULTS: dict[str, Any] = {
     "max_steps": 20,
@@ -505,6 +509,15 @@ def _train_in_folder(
         trainer = SAGETrainer(
             **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
         )
+        trace_path = os.environ.get(STEP_TRACE_ENV)
+        if (
+            trace_path
+        ):  # a diagnostic: digests of every computed tensor, step by step (sagerl.train.step_trace)
+            from sagerl.train.step_trace import StepTraceCallback
+
+            trace = StepTraceCallback(trace_path)
+            trace.attach(trainer)
+            trainer.add_callback(trace)
         if quiet:
             trainer.pop_callback(ProgressCallback)
             trainer.pop_callback(PrinterCallback)
