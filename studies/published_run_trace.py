@@ -88,13 +88,14 @@ def train_with_trace(
     from sagerl.study.runner import cell_commands
 
     study, cell = published_cell(cell_name)
-    env = {**environment("canonical", threads=1), **(env or {}), _trace_env(): str(trace)}
+    changed = dict(env or {})
+    env = {**environment("canonical", threads=1), **changed, _trace_env(): str(trace)}
     lines = cell_commands(study, out, cell)
     for line in lines if eval_too else lines[:1]:
         words = shlex.split(line)
         if words[:2] != ["OMP_NUM_THREADS=1", "sagerl"] or "--kernels" not in words:
             raise RuntimeError(f"not a canonical sagerl command: {line}")
-        if env:  # the command would set the canonical variables again (sagerl.kernels.apply): the
+        if changed:  # the command would set the canonical variables again (sagerl.kernels.apply): the
             # environment given is the canonical one already, with the experiment's changes over it
             words[words.index("--kernels") + 1] = "native"
         done = subprocess.run(

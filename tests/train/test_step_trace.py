@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -171,3 +172,33 @@ def test_the_kept_traces_of_the_published_run_read_back_whole():
             assert all(len(s["modules"]) == len(s["events"]) > 0 for s in trace["steps"]), path
     with pytest.raises(ValueError, match="--cell 'ppo': choose one of grpo"):
         script.published_cell("ppo")
+
+
+def test_the_published_run_is_traced_with_its_own_commands_and_an_experiment_changes_one_variable(
+    monkeypatch, tmp_path
+):
+    """The commands are the study's (canonical kernels, one thread, the trace's variable set); with ``env`` the
+    canonical environment keeps every other variable and the command no longer resets them (``--kernels
+    native`` over that environment)."""
+    script = _script()
+    calls = []
+
+    def fake_run(argv, env, **kwargs):
+        calls.append((argv, env))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(script.subprocess, "run", fake_run)
+    folder = script.train_with_trace("grpo", tmp_path / "s", tmp_path / "t.json.gz", eval_too=True)
+    assert folder == tmp_path / "s" / "cells" / "grpo" / "b2" / "seed-2"
+    (train_argv, env), (eval_argv, _) = calls
+    assert train_argv[1:4] == ["-m", "sagerl.cli", "train"] and eval_argv[3] == "eval"
+    assert train_argv[train_argv.index("--kernels") + 1] == "canonical"
+    assert "--max-steps" in train_argv and train_argv[train_argv.index("--max-steps") + 1] == "100"
+    assert env[STEP_TRACE_ENV] == str(tmp_path / "t.json.gz")
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["OMP_NUM_THREADS"] == "1"
+    calls.clear()
+    script.train_with_trace("grpo", tmp_path / "s", tmp_path / "t.json.gz", env={"MKL_CBWR": "AVX2"})
+    [(argv, env)] = calls
+    assert argv[argv.index("--kernels") + 1] == "native"
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
