@@ -306,7 +306,6 @@ def test_the_fingerprint_run_gives_the_recorded_bytes_on_this_cpu(tmp_path):
 # --- a published run, 100 steps ----------------------------------------------------------------------------
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "studies" / "results" / "pareto-confirm.tar.gz"
-PUBLISHED_STUDY = PUBLISHED.parents[1] / "pareto-confirm.yaml"
 PUBLISHED_RUN = "study-pareto-confirm/rare10/cells/grpo/b2/seed-2"
 """A run of the published frontier confirmation (``studies/pareto-confirm.yaml``, canonical kernels, run on the
 Intel Xeon with AMX): GRPO, 100 steps, on ``planted-reference-10`` build b2, seed 2; its ``eval/results.json``

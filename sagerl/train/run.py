@@ -510,9 +510,8 @@ def _train_in_folder(
             **trainer_kwargs, callbacks=[MetricsJSONLCallback(out / "metrics.jsonl"), *(callbacks or [])]
         )
         trace_path = os.environ.get(STEP_TRACE_ENV)
-        if (
-            trace_path
-        ):  # a diagnostic: digests of every computed tensor, step by step (sagerl.train.step_trace)
+        if trace_path:
+            # a diagnostic: digests of every computed tensor, step by step (sagerl.train.step_trace)
             from sagerl.train.step_trace import StepTraceCallback
 
             trace = StepTraceCallback(trace_path)
