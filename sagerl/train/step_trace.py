@@ -6,11 +6,12 @@ Why: a published planted run reruns to other numbers on some CPU kinds (``tests/
 2-step fingerprint agrees; the final evaluation cannot say where the two runs parted. A trace records, for every
 optimizer step: each module's output in each forward call of the policy and of the reference policy (rollout
 decode steps, log-prob passes, the loss's forward; the call's inputs too), the loss's inputs (advantages,
-log-probs) and value, every parameter's gradient before and after clipping, and the weights after the step. :func:`first_difference` walks two traces in the order things were
-computed and names the first event whose digest differs: a module of a forward call (every event before it
-equal: the operation that differs is in that module, or in its parent's code that ran since the previous event,
-such as the attention that feeds ``o_proj``), a gradient (every forward equal: the backward or the loss), or the
-gradient norm the clipping computes, the clipped gradients, or the weights (every gradient equal: the optimizer).
+log-probs) and value, every parameter's gradient before and after clipping, the gradient norm, and the weights
+after the step. :func:`first_difference` walks two traces in the order things were computed and names the first
+event whose digest differs: a module's output in a forward call (every event before it equal: the operation that
+differs is in that module, or in its parent's code that ran since the previous event, such as the attention that
+feeds ``o_proj``), a tensor the loss is given, the loss, a gradient (every forward event equal: the backward), the
+gradient norm, a clipped gradient, or the weights (every gradient equal: the optimizer).
 
 Digests are the first 4 bytes of a SHA-256 over a tensor's dtype, shape and bytes (a collision between two
 differing tensors has odds of 2^-32 per event). Recording reads tensors and changes no numbers: the run's
@@ -189,6 +190,8 @@ class Difference:
     index: int = -1
 
     def __str__(self) -> str:
+        if self.what == "forward" and self.name.startswith("loss"):
+            return f"step {self.step}: {self.name} (forward event {self.index} of the step; every event before it equal)"
         if self.what == "forward":
             return (
                 f"step {self.step}: the output of {self.name} (forward event {self.index} of the step; every event "

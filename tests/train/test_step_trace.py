@@ -202,3 +202,15 @@ def test_the_published_run_is_traced_with_its_own_commands_and_an_experiment_cha
     [(argv, env)] = calls
     assert argv[argv.index("--kernels") + 1] == "native"
     assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+def test_a_difference_says_what_differs_in_words():
+    assert str(Difference(3, "forward", "loss inputs.advantages", 40)) == (
+        "step 3: loss inputs.advantages (forward event 40 of the step; every event before it equal)"
+    )
+    assert str(Difference(1, "forward", "policy.lm_head", 7)).startswith(
+        "step 1: the output of policy.lm_head (forward event 7 of the step; every event before it equal"
+    )
+    assert str(Difference(2, "weights", "")) == (
+        "step 2: the weights after the optimizer step (every gradient equal)"
+    )
