@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from study_scripts import load_study_script  # tests/ is on sys.path
 
 FINGERPRINT = {
     "reference": "62b2a42af86d65408dded69d83afa12132d2d6d72f98b9427ef45a4043dfc4cf",
@@ -325,16 +326,6 @@ PUBLISHED_RUN_DIFFERENT = {
 """CPU kinds on which :data:`PUBLISHED_RUN` is known to rerun to other numbers, with the evidence."""
 
 
-def _trace_script():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "studies" / "published_run_trace.py"
-    spec = importlib.util.spec_from_file_location("published_run_trace", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     """Cross-CPU check at the length of a published run (the fingerprint's 2 steps can agree where 100 do not):
     :data:`PUBLISHED_RUN`'s two commands, under canonical kernels, give its archived pass@k, token counts and
@@ -348,7 +339,7 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     from sagerl.kernels import cpu_kind
     from sagerl.train.step_trace import first_difference, read_trace
 
-    script = _trace_script()
+    script = load_study_script("published_run_trace")
     with tarfile.open(PUBLISHED) as tar:
         archived = json.load(tar.extractfile(f"{PUBLISHED_RUN}/eval/results.json"))
     _, setting, _, cell_name, build, seed = PUBLISHED_RUN.split("/")

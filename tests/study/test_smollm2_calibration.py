@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from study_scripts import load_study_script  # tests/ is on sys.path
 from test_eval_run import PROBLEMS, FakeSampler, expected_half_count  # tests/ is on sys.path
 
 from sagerl.eval import evaluate, pass_at_k
@@ -15,10 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "studies" / "smollm2_calibration.
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("smollm2_calibration", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_study_script(SCRIPT.stem)
 
 
 def test_variants_parse_and_bad_ones_name_the_entry():

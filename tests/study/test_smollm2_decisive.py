@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import shlex
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 from scipy.stats import t as scipy_t
+from study_scripts import load_study_script  # tests/ is on sys.path
 
 from sagerl.cli import main
 from sagerl.precision import CPU_BF16_FLAGS
@@ -34,12 +33,8 @@ def _outside_the_repository(monkeypatch, tmp_path):
 
 
 def load_script(path: Path = SCRIPT):
-    """One of studies/'s scripts as a module (they are run as files, not imported from a package)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """One of studies/'s scripts as a module."""
+    return load_study_script(path.stem)
 
 
 def printed_tables(script, capsys) -> tuple[str, list[str]]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from study_scripts import load_study_script  # tests/ is on sys.path
 
 from sagerl.train.run import STEP_TRACE_ENV, train
 from sagerl.train.step_trace import Difference, digest, first_difference, read_trace
@@ -150,18 +149,8 @@ def test_first_difference_takes_the_earliest_of_several_and_orders_forward_befor
     assert "the gradient norm" in str(Difference(1, "grad_norm", ""))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "published_run_trace", ROOT / "studies" / "published_run_trace.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("published_run_trace", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_kept_traces_of_the_published_run_read_back_whole():
-    script = _script()
+    script = load_study_script("published_run_trace")
     kept = script.recorded_traces("grpo")
     assert "amd-epyc-avx-512-bf16" in kept
     assert script.kind_slug("AMD EPYC (AVX-512 BF16)") == "amd-epyc-avx-512-bf16"
@@ -180,7 +169,7 @@ def test_the_published_run_is_traced_with_its_own_commands_and_an_experiment_cha
     """The commands are the study's (canonical kernels, one thread, the trace's variable set); with ``env`` the
     canonical environment keeps every other variable and the command no longer resets them (``--kernels
     native`` over that environment)."""
-    script = _script()
+    script = load_study_script("published_run_trace")
     calls = []
 
     def fake_run(argv, env, **kwargs):
