@@ -86,10 +86,11 @@ def train_with_trace(
     """
     from sagerl.kernels import environment
     from sagerl.study.runner import cell_commands
+    from sagerl.train.run import STEP_TRACE_ENV
 
     study, cell = published_cell(cell_name)
     changed = dict(env or {})
-    env = {**environment("canonical", threads=1), **changed, _trace_env(): str(trace)}
+    env = {**environment("canonical", threads=1), **changed, STEP_TRACE_ENV: str(trace)}
     lines = cell_commands(study, out, cell)
     for line in lines if eval_too else lines[:1]:
         words = shlex.split(line)
@@ -108,12 +109,6 @@ def train_with_trace(
         if done.returncode != 0:
             raise RuntimeError(f"{line}\n{done.stderr[-3000:]}")
     return out / cell.folder
-
-
-def _trace_env() -> str:
-    from sagerl.train.run import STEP_TRACE_ENV
-
-    return STEP_TRACE_ENV
 
 
 def compare_with_recorded(cell_name: str, trace: Path) -> dict[str, str]:

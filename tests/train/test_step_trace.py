@@ -16,7 +16,6 @@ from study_scripts import load_study_script  # tests/ is on sys.path
 from sagerl.train.run import STEP_TRACE_ENV, train
 from sagerl.train.step_trace import Difference, digest, first_difference, read_trace
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = {
     "model": "planted-reference",
     "dataset": "planted_train",
