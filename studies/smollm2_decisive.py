@@ -19,6 +19,9 @@ checks that the archive's runs aggregate again to the same numbers) and prints t
    ahead at the largest k, or behind at every k. Point estimates: the evaluation's own noise (2-3 points of
    pass@32 a difference, docs/real-lm.md) is not accounted for.
 
+Then issue 36's two questions, each answered by the rule (:func:`answers`): does annealed PKPO dominate GRPO
+(resolved better on pass@1 and on pass@32), and does Pass@k Training's pass@32 gain resolve?
+
 Usage: ``python studies/smollm2_decisive.py [--archive studies/results/smollm2-decisive.tar.gz]``
 """
 
@@ -114,6 +117,51 @@ def comparisons_table(data: dict[str, Any], seeds: int = SEEDS) -> str:
     return "\n".join(lines)
 
 
+DOMINANCE = ("pkpo-anneal@cosine", (1, 32))
+"""The planted frontier's winner and the two axes on which issue 36 asks whether it dominates GRPO."""
+PASSK = ("passk", 32)
+"""Pass@k Training and the axis on which issue 36 asks whether its gain resolves."""
+
+
+def _entry(data: dict[str, Any], cell: str, k: int) -> dict[str, Any] | None:
+    entry = data["paired"]["cells"].get(cell, {}).get(f"pass@{k}/{DATASET}")
+    return entry if entry and entry["values"] else None
+
+
+def answers(data: dict[str, Any], seeds: int = SEEDS) -> list[str]:
+    """Issue 36's two questions, answered by :func:`verdict` on the decisive comparisons (one line each):
+
+    1. Does the planted frontier's winner (annealed PKPO) **dominate** GRPO, i.e. is it resolved better on
+       both pass@1 and pass@32? "yes" only when both are; "no" when either is resolved worse; otherwise
+       "not shown" (a comparison that does not resolve is no evidence either way), or "interim" while a
+       comparison lacks seeds.
+    2. Does Pass@k Training's **pass@32 gain resolve** (its interval over all seeds above zero)?
+    """
+    cell, ks = DOMINANCE
+    entries = {k: _entry(data, cell, k) for k in ks}
+    verdicts = {k: verdict(e, seeds) if e else f"interim (0 of {seeds} seeds)" for k, e in entries.items()}
+    shown = "; ".join(
+        f"pass@{k}" + (f" {_signed(100 * e['mean'])} points" if (e := entries[k]) else "") + f": {verdicts[k]}"
+        for k in ks
+    )
+    if any(v.startswith("interim") for v in verdicts.values()):
+        dominance = "interim, no answer yet"
+    elif all(v == "resolved: better" for v in verdicts.values()):
+        dominance = "yes"
+    elif any(v == "resolved: worse" for v in verdicts.values()):
+        dominance = "no"
+    else:
+        dominance = "not shown at this size"
+    passk_cell, passk_k = PASSK
+    entry = _entry(data, passk_cell, passk_k)
+    passk = verdict(entry, seeds) if entry else f"interim (0 of {seeds} seeds)"
+    passk_mean = f"; {_signed(100 * entry['mean'])} points" if entry else ""
+    return [
+        f"Does `{cell}` dominate `{BASELINE}` on pass@1 and pass@32? {dominance} ({shown})",
+        f"Does `{passk_cell}`'s pass@{passk_k} gain over `{BASELINE}` resolve? {passk}{passk_mean}",
+    ]
+
+
 def crossover_rows(data: dict[str, Any]) -> list[tuple[str, str, dict[int, float], int | None]]:
     """(cell, seed, {k: gain over the base model in points}, crossover k) for every finished run, cells in the
     study's order and seeds ascending."""
@@ -154,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     print(crossover_table(data))
     print()
     print(f"runs below the base model at the largest k: {', '.join(below) if below else 'none'}")
+    print()
+    for line in answers(data):
+        print(f"- {line}")
 
 
 if __name__ == "__main__":

@@ -253,13 +253,50 @@ def test_the_reports_verdicts_follow_the_rule_written_before_the_runs():
     assert report.verdict({"values": [0.1], "ci": [None, None], "mean": 0.1}) == "interim (1 of 10 seeds)"
 
 
+def test_the_answers_to_the_issues_two_questions_follow_the_verdicts():
+    """Dominance is "yes" only when annealed PKPO is resolved better on pass@1 and pass@32, "no" when either is
+    resolved worse, "not shown" when neither rule decides, interim while any comparison lacks seeds; Pass@k
+    Training's answer is its pass@32 verdict."""
+    report = load_script(REPORT)
+    ten = [0.01 * (i + 1) for i in range(10)]  # [+3.3, +7.7] points: resolved better
+    better = {"values": ten, "ci": list(t_interval(ten)[1:]), "mean": 0.055}
+    worse = {**better, "values": [-v for v in ten], "ci": [-0.0767, -0.0333], "mean": -0.055}
+    open_ = {**better, "ci": [-0.01, 0.12]}
+
+    def data(pass1, pass32, passk):
+        return {
+            "paired": {
+                "cells": {
+                    "pkpo-anneal@cosine": {"pass@1/arith_l1": pass1, "pass@32/arith_l1": pass32},
+                    "passk": {"pass@32/arith_l1": passk},
+                }
+            }
+        }
+
+    def first_answer(*entries):
+        return report.answers(data(*entries))[0].split("? ")[1].split(" (")[0]
+
+    assert first_answer(better, better, better) == "yes"
+    assert first_answer(better, worse, better) == "no"
+    assert first_answer(better, open_, better) == "not shown at this size"
+    assert first_answer({**better, "values": ten[:9]}, better, better) == "interim, no answer yet"
+    lines = report.answers(data(better, open_, open_))
+    assert lines[0].endswith("(pass@1 +5.5 points: resolved: better; pass@32 +5.5 points: not resolved)")
+    assert lines[1] == "Does `passk`'s pass@32 gain over `grpo` resolve? not resolved; +5.5 points"
+    assert report.answers(data(better, better, None))[1].endswith("interim (0 of 10 seeds)")
+
+
 def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys):
     """docs/real-lm.md shows the report of studies/smollm2_decisive.py on the archive verbatim (both tables
     and the runs below the base model), and every row's mean and interval are the per-seed differences' own
     (recomputed here with the exact t), and every crossover k is where the row's gains turn negative for good."""
     report = load_script(REPORT)
     out, tables = printed_tables(report, capsys)
-    assert out.strip().splitlines()[-1] in PAGE.read_text(encoding="utf-8")
+    page = PAGE.read_text(encoding="utf-8")
+    below = next(line for line in out.splitlines() if line.startswith("runs below the base model"))
+    assert below in page
+    for answer in report.answers(report.read_aggregate()):  # issue 36's questions, as the page answers them
+        assert f"- {answer}" in out and answer in page, answer
     data = report.read_aggregate()
 
     def numbers(text: str) -> list[float]:
