@@ -140,10 +140,8 @@ def answers(data: dict[str, Any], seeds: int = SEEDS) -> list[str]:
     cell, ks = DOMINANCE
     entries = {k: _entry(data, cell, k) for k in ks}
     verdicts = {k: verdict(e, seeds) if e else f"interim (0 of {seeds} seeds)" for k, e in entries.items()}
-    shown = "; ".join(
-        f"pass@{k}" + (f" {_signed(100 * e['mean'])} points" if (e := entries[k]) else "") + f": {verdicts[k]}"
-        for k in ks
-    )
+    means = {k: f" {_signed(100 * e['mean'])} points" if e else "" for k, e in entries.items()}
+    shown = "; ".join(f"pass@{k}{means[k]}: {verdicts[k]}" for k in ks)
     if any(v.startswith("interim") for v in verdicts.values()):
         dominance = "interim, no answer yet"
     elif all(v == "resolved: better" for v in verdicts.values()):
