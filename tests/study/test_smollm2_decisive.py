@@ -288,16 +288,17 @@ def test_the_answers_to_the_issues_two_questions_follow_the_verdicts():
 
 def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys):
     """docs/real-lm.md shows the report of studies/smollm2_decisive.py on the archive verbatim (both tables
-    and the runs below the base model), and every row's mean and interval are the per-seed differences' own
-    (recomputed here with the exact t), and every crossover k is where the row's gains turn negative for good."""
+    and the runs below the base model, the answers to the issue's two questions), and every row's mean and
+    interval are the per-seed differences' own (recomputed here with the exact t), and every crossover k is
+    where the row's gains turn negative for good."""
     report = load_script(REPORT)
     out, tables = printed_tables(report, capsys)
+    data = report.read_aggregate()
     page = PAGE.read_text(encoding="utf-8")
     below = next(line for line in out.splitlines() if line.startswith("runs below the base model"))
     assert below in page
-    for answer in report.answers(report.read_aggregate()):  # issue 36's questions, as the page answers them
+    for answer in report.answers(data):
         assert f"- {answer}" in out and answer in page, answer
-    data = report.read_aggregate()
 
     def numbers(text: str) -> list[float]:
         return [float(x) for x in re.findall(r"[+-]?\d+\.\d", text.replace("−", "-"))]
