@@ -78,6 +78,12 @@ def _signed(x: float) -> str:
     return f"{x:+.1f}".replace("-", "−")
 
 
+def _entry(data: dict[str, Any], cell: str, k: int) -> dict[str, Any] | None:
+    """The paired comparison of ``cell`` with the baseline on pass@k; None before a paired seed."""
+    entry = data["paired"]["cells"].get(cell, {}).get(f"pass@{k}/{DATASET}")
+    return entry if entry and entry["values"] else None
+
+
 def verdict(entry: dict[str, Any], seeds: int = SEEDS) -> str:
     """The pre-registered rule on one paired comparison: ``interim (n of N seeds)`` below the study's seeds;
     then ``resolved: better``/``resolved: worse`` when the 95% t interval excludes zero, else ``not
@@ -102,10 +108,9 @@ def comparisons_table(data: dict[str, Any], seeds: int = SEEDS) -> str:
         f"| comparison (vs `{BASELINE}`) | seeds | per seed | mean [95% t] | verdict |",
         "|---|---|---|---|---|",
     ]
-    paired = data["paired"]["cells"]
     for cell, k in COMPARISONS:
-        entry = paired.get(cell, {}).get(f"pass@{k}/{DATASET}")
-        if not entry or not entry["values"]:
+        entry = _entry(data, cell, k)
+        if entry is None:
             continue
         values = ", ".join(_signed(100 * v) for v in entry["values"])
         low, high = entry["ci"]  # null (NaN) with one seed
@@ -121,11 +126,6 @@ DOMINANCE = ("pkpo-anneal@cosine", (1, 32))
 """The planted frontier's winner and the two axes on which issue 36 asks whether it dominates GRPO."""
 PASSK = ("passk", 32)
 """Pass@k Training and the axis on which issue 36 asks whether its gain resolves."""
-
-
-def _entry(data: dict[str, Any], cell: str, k: int) -> dict[str, Any] | None:
-    entry = data["paired"]["cells"].get(cell, {}).get(f"pass@{k}/{DATASET}")
-    return entry if entry and entry["values"] else None
 
 
 def answers(data: dict[str, Any], seeds: int = SEEDS) -> list[str]:
