@@ -16,7 +16,7 @@ checks that the archive's runs aggregate again to the same numbers) and prints t
    :func:`sagerl.analysis.support.crossover_k`: the smallest k of the grid (1, 2, 4, ..., 32) from which the
    run's point estimate stays below the base model's (Yue et al. 2025, "Does RL really incentivize reasoning
    capacity beyond the base model?"), so 32 means a crossing between 16 and 32; "–" where the run is level or
-   ahead at the largest k, or behind at every k. Point estimates: the evaluation's own noise (2-3 points of
+   ahead at the largest k (no crossing), "below at every k" where the base model leads from k = 1. Point estimates: the evaluation's own noise (2-3 points of
    pass@32 a difference, docs/real-lm.md) is not accounted for.
 
 Then issue 36's two questions, each answered by the rule (:func:`answers`): does annealed PKPO dominate GRPO
@@ -56,6 +56,8 @@ COMPARISONS = (
 """The comparisons with GRPO that the study decides (docs/real-lm.md): the five sized before the runs (annealed
 PKPO and the branch guide on pass@1 and pass@32, Pass@k Training on pass@32), and the frontier's new rival
 (annealed MaxPO) on the same two axes, read by the same rule but not sized (exploratory)."""
+EXPLORATORY = ("maxpo-anneal@cosine",)
+"""The cells of :data:`COMPARISONS` not sized before the runs: their rows say so beside the verdict."""
 
 
 def read_aggregate(path: Path = ARCHIVE) -> dict[str, Any]:
@@ -103,7 +105,8 @@ def verdict(entry: dict[str, Any], seeds: int = SEEDS) -> str:
 
 def comparisons_table(data: dict[str, Any], seeds: int = SEEDS) -> str:
     """Markdown: one row per comparison of :data:`COMPARISONS` with at least one paired seed: the per-seed
-    differences, their mean and 95% t interval (points; "n/a" with one seed) and :func:`verdict`."""
+    differences, their mean and 95% t interval (points; "n/a" with one seed) and :func:`verdict`, marked
+    "exploratory" for the cells of :data:`EXPLORATORY`."""
     lines = [
         f"| comparison (vs `{BASELINE}`) | seeds | per seed | mean [95% t] | verdict |",
         "|---|---|---|---|---|",
@@ -117,7 +120,7 @@ def comparisons_table(data: dict[str, Any], seeds: int = SEEDS) -> str:
         interval = "n/a" if low is None or math.isnan(low) else f"{_signed(100 * low)}, {_signed(100 * high)}"
         lines.append(
             f"| `{cell}` pass@{k} | {len(entry['values'])} | {values} | {_signed(100 * entry['mean'])} "
-            f"[{interval}] | {verdict(entry, seeds)} |"
+            f"[{interval}] | {verdict(entry, seeds)}{'; exploratory' if cell in EXPLORATORY else ''} |"
         )
     return "\n".join(lines)
 
@@ -181,7 +184,9 @@ def crossover_table(data: dict[str, Any]) -> str:
     ]
     for cell, seed, gains, cross in rows:
         cells = " | ".join(_signed(gains[k]) if k in gains else "—" for k in ks)
-        lines.append(f"| `{cell}` seed {seed} | {cells} | {cross or '–'} |")
+        if cross is None:
+            cross = "below at every k" if all(gain < 0 for gain in gains.values()) else "–"
+        lines.append(f"| `{cell}` seed {seed} | {cells} | {cross} |")
     return "\n".join(lines)
 
 

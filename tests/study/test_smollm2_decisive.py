@@ -286,6 +286,29 @@ def test_the_answers_to_the_issues_two_questions_follow_the_verdicts():
     assert report.answers(data(better, better, None))[1].endswith("interim (0 of 10 seeds)")
 
 
+def test_the_crossover_column_tells_no_crossing_from_behind_at_every_k():
+    """Three synthetic runs against a base of 0.5 at k = 1, 2, 4: ahead at every k ("–", nothing crosses),
+    behind from k = 4 on (crossover 4), behind at every k (the base model leads from k = 1: not "–")."""
+    report = load_script(REPORT)
+
+    def run(*passk):
+        return {f"pass@{k}/arith_l1": p for k, p in zip((1, 2, 4), passk, strict=True)}
+
+    data = {
+        "reference": run(0.5, 0.5, 0.5),
+        "cells": {
+            "grpo": {"per_seed": {"0": run(0.6, 0.6, 0.6), "1": run(0.6, 0.5, 0.4), "2": run(0.4, 0.4, 0.4)}}
+        },
+    }
+    rows = [line.strip("|").split("|") for line in report.crossover_table(data).splitlines()[2:]]
+    assert [(r[0].strip(), r[-1].strip()) for r in rows] == [
+        ("`grpo` seed 0", "–"),
+        ("`grpo` seed 1", "4"),
+        ("`grpo` seed 2", "below at every k"),
+    ]
+    assert [r[1:4] for r in rows][1] == [" +10.0 ", " +0.0 ", " −10.0 "]
+
+
 def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys):
     """docs/real-lm.md shows the report of studies/smollm2_decisive.py on the archive verbatim (both tables
     and the runs below the base model, the answers to the issue's two questions), and every row's mean and
@@ -304,8 +327,9 @@ def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys
         return [float(x) for x in re.findall(r"[+-]?\d+\.\d", text.replace("−", "-"))]
 
     for line in tables[0].splitlines()[2:]:
-        name, seeds, values, shown, _ = (c.strip() for c in line.strip("|").split("|"))
+        name, seeds, values, shown, said = (c.strip() for c in line.strip("|").split("|"))
         cell, k = re.fullmatch(r"`(.+)` pass@(\d+)", name).groups()
+        assert said.endswith("; exploratory") == (cell == "maxpo-anneal@cosine"), line  # not sized: marked
         diffs = data["paired"]["cells"][cell][f"pass@{k}/arith_l1"]["values"]
         assert numbers(values) == [round(100 * d, 1) for d in diffs] and len(diffs) == int(seeds), line
         want = [statistics.fmean(diffs)]
@@ -320,7 +344,7 @@ def test_the_pages_decisive_tables_are_the_reports_on_the_shipped_archive(capsys
         gains = [run[f"pass@{2**i}/arith_l1"] - reference[f"pass@{2**i}/arith_l1"] for i in range(6)]
         assert numbers(line)[:6] == [round(100 * g, 1) for g in gains], line
         below = [g < 0 for g in gains]
-        expected = "–"
+        expected = "below at every k" if all(below) else "–"
         if below[-1] and not all(below):
             expected = str(
                 2 ** (len(below) - below[::-1].index(False))
