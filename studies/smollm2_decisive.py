@@ -16,8 +16,9 @@ checks that the archive's runs aggregate again to the same numbers) and prints t
    :func:`sagerl.analysis.support.crossover_k`: the smallest k of the grid (1, 2, 4, ..., 32) from which the
    run's point estimate stays below the base model's (Yue et al. 2025, "Does RL really incentivize reasoning
    capacity beyond the base model?"), so 32 means a crossing between 16 and 32; "–" where the run is level or
-   ahead at the largest k (no crossing), "below at every k" where the base model leads from k = 1. Point estimates: the evaluation's own noise (2-3 points of
-   pass@32 a difference, docs/real-lm.md) is not accounted for.
+   ahead at the largest k (no crossing), "below at every k" where the base model leads from k = 1. Point
+   estimates: the evaluation's own noise (2-3 points of pass@32 a difference, docs/real-lm.md) is not
+   accounted for.
 
 Then issue 36's two questions, each answered by the rule (:func:`answers`): does annealed PKPO dominate GRPO
 (resolved better on pass@1 and on pass@32), and does Pass@k Training's pass@32 gain resolve?
