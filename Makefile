@@ -74,7 +74,7 @@ test:
 	$(MAKE) --no-print-directory -j4 setup setup-verl setup-vllm setup-browser
 	$(BIN)/ruff check sagerl tests benchmarks constraints studies
 	$(MAKE) --no-print-directory ranges
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=15
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-vllm test-verl docs-check
 
 # The verl plugin's CPU tests, in .venv-verl (the main suite skips them: verl is not installed in .venv).
@@ -104,7 +104,7 @@ setup-browser:
 test-vllm: setup-vllm
 	# two workers, one test file each (an engine per module stays in its worker): 5.0 min against 7.3 serially
 	# (the tests' own durations, AMX machine; docs/performance.md)
-	$(VLLM_BIN)/python -m pytest -q -n 2 --dist loadfile tests/integrations/vllm tests/train/test_vllm_refusals.py
+	$(VLLM_BIN)/python -m pytest -q -n 2 --dist loadfile --durations=5 tests/integrations/vllm tests/train/test_vllm_refusals.py
 
 # pyproject.toml's ranges hold: each lock lies inside them, and each environment's extras resolve from the
 # package index without the locks (pip's dry run, about a minute; constraints/resolve.py).

@@ -33,6 +33,7 @@ Native kernels on the same Intel Xeon gave other weights (reference ``b2efc449..
 MATCHED_ON = [
     "Intel(R) Xeon(R) Processor (AMX), torch 2.13.0+cpu, 2026-12-04",
     "AMD EPYC (AVX-512 BF16), torch 2.13.0+cpu, 2026-12-06",
+    "AMD EPYC (AVX2), torch 2.13.0+cpu, 2026-12-07",
 ]
 """CPU kinds (:func:`sagerl.kernels.cpu_kind`) on which the fingerprint run gave :data:`FINGERPRINT`."""
 
@@ -321,6 +322,12 @@ PUBLISHED_RUN_DIFFERENT = {
         "run's numbers (36 of 36) but other numbers for 16 of the 18 GRPO runs (this one: planted_common pass@1 "
         "97.09 -> 97.14%), with the fingerprint's bytes (2 steps) matching; the code of the archive's commit "
         "(eefb632) gives this machine's bytes, so the CPU kind, not the code, moves them; the op is not found"
+    ),
+    "AMD EPYC (AVX2)": (
+        "2026-12-07: its step trace is the AVX-512 EPYC's, byte for byte, at all 100 steps (GRPO's and annealed "
+        "PKPO's run: studies/results/traces/), and it reruns this run to that EPYC's numbers, not the archive's "
+        "(planted_common pass@1 97.09 -> 97.14% as there; planted_rare pass@32 0 -> 0.78%): the two AMD kinds "
+        "agree with each other under canonical kernels and part from the Intel Xeon's archive in the same way"
     ),
 }
 """CPU kinds on which :data:`PUBLISHED_RUN` is known to rerun to other numbers, with the evidence."""

@@ -5,12 +5,14 @@ Why: transformers' ``generate`` at the demo's batch (8 rows, SmolLM2-135M) spend
 small ops, 7 un-fused matmuls per layer (MKL's unpacked sgemm, at half the machine's weight-read bandwidth), a
 key/value cache grown by concatenation and copied per row, and a without-replacement ``torch.multinomial`` that
 draws 49,152 exponential variates per row (7.6 ms a step on the AMX machine). This module runs the same model's
-arithmetic with: q/k/v and gate/up fused into one matmul each, weights packed once per snapshot (float32 for MKL,
-``torch.ops.mkl._mkl_linear``; bfloat16 for oneDNN, ``torch.ops.mkldnn._linear_pointwise``: what torch's own
-inductor uses for frozen CPU linears; plain ``F.linear`` where torch has neither), each distinct prompt's keys and
-values held once and attended by all its rows' queries in one matmul (a group of G rollouts reads its prompt's
-cache once a step, not G times), each row's generated keys in a preallocated cache written in place, and rows
-that ended leaving the batch. Measured side by side in ``benchmarks/step_profile.py`` (docs/performance.md).
+arithmetic with: q/k/v and gate/up fused into one matmul each, weights packed once per snapshot for oneDNN
+(``torch.ops.mkldnn._linear_pointwise``, float32 or bfloat16: what torch's own inductor uses for frozen CPU
+linears; MKL's packed float32 linear, ``torch.ops.mkl._mkl_linear``, where torch has no oneDNN; plain ``F.linear``
+where it has neither), each distinct prompt's keys and values held once and attended by all its rows' queries in
+one matmul (a group of G rollouts reads its prompt's cache once a step, not G times), each row's generated keys in
+a preallocated cache written in place, and rows that ended leaving the batch. Measured side by side in
+``benchmarks/step_profile.py`` (docs/performance.md); the float32 kernel choice in ``benchmarks/linear_kernels.py``
+(oneDNN read a step's float32 weights 2.0x faster than MKL's packed sgemm at 8 rows on the AVX2-only AMD EPYC).
 
 Two users: training rollouts (``SAGEConfig.rollout_decoder='static'``, sampling with
 transformers' warpers and an inverse-CDF draw, :func:`sample_token`) and evaluation (``--backend static``,
@@ -97,7 +99,8 @@ def unsupported_reason(model, generation_kwargs: dict) -> str | None:
 
 
 def _mkl_packing() -> bool:
-    """Whether this torch has MKL's packed float32 linear (``torch.ops.mkl._mkl_linear``)."""
+    """Whether this torch has MKL's packed float32 linear (``torch.ops.mkl._mkl_linear``): the float32 path where
+    torch has no oneDNN."""
     try:
         return bool(torch.backends.mkl.is_available()) and hasattr(torch.ops.mkl, "_mkl_linear")
     except (AttributeError, RuntimeError):
@@ -105,7 +108,8 @@ def _mkl_packing() -> bool:
 
 
 class _Linear:
-    """y = x·Wᵀ + b for x (..., in) with W (out, in) held in the decode dtype; float32 W packed for MKL once."""
+    """y = x·Wᵀ + b for x (..., in) with W (out, in) held in the decode dtype, packed once for oneDNN (float32 or
+    bfloat16), else float32 for MKL, else unpacked."""
 
     def __init__(
         self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, rows: int
@@ -114,10 +118,10 @@ class _Linear:
         self.bias = None if bias is None else bias.detach().to(dtype)
         self.packed, self.kind, self.rows = None, "plain", rows
         try:
-            if dtype == torch.float32 and _mkl_packing():
-                self.packed, self.kind = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows), "mkl"
-            elif dtype == torch.bfloat16 and torch.backends.mkldnn.is_available():
+            if dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available():
                 self.packed, self.kind = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows), "onednn"
+            elif dtype == torch.float32 and _mkl_packing():
+                self.packed, self.kind = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows), "mkl"
         except (AttributeError, RuntimeError):  # a torch without the op or the ISA: the plain matmul
             self.packed, self.kind = None, "plain"
 
@@ -210,7 +214,7 @@ class StaticDecoder:
         dtype: the decode dtype: ``torch.float32``, or ``torch.bfloat16`` (what transformers computes under
             bfloat16 autocast or with bfloat16 weights: bf16 linears, keys and values, float32 norms, residual
             stream and sampling).
-        rows: the batch size the float32 weights are packed for (MKL's hint; any batch works, another one
+        rows: the batch size the weights are packed for (the packing's hint; any batch works, with MKL another one
             through the unpacked matmul).
 
     Raises:
