@@ -10,15 +10,15 @@ times, in rounds (each kernel in turn, A B C D A B C D ...) after a warm-up:
 - ``float32-mkl``: MKL's packed float32 linear (``torch.ops.mkl._mkl_linear``, the static decoder's float32 path
   until 2026-12-07, and still where torch has no oneDNN);
 - ``float32-onednn``: oneDNN's packed float32 linear (``torch.ops.mkldnn._linear_pointwise``, its float32 path since:
-  2.0x MKL's speed at 8 rows on the AVX2-only AMD EPYC, where MKL does not run its fastest code);
+  2.1x MKL's speed at 8 rows on the AVX2-only AMD EPYC, where MKL does not run its fastest code);
 - ``bfloat16-onednn``: oneDNN's packed bfloat16 linear (``torch.ops.mkldnn._linear_pointwise``, its bfloat16 path);
 - ``int8``: torch's int8 weight-only matmul (``torch.ops.aten._weight_int8pack_mm``, bfloat16 activations, one
   scale per output row: what torchao's int8 weight-only quantisation calls on a CPU);
 
 and prints per shape the median µs and the weight-read bandwidth (weight bytes / time), then one step's sum (30
-layers + the head) and each kernel's ratio to ``bfloat16-onednn`` (``float32-onednn`` on a CPU where oneDNN packs no bfloat16). Each layer's shape is timed over 30 distinct
-weights, one per layer as a decode step reads them (until 2026-12-07 one weight read 200 times, warm in cache:
-bandwidths above the machine's copy bandwidth).
+layers + the head) and each kernel's ratio to ``bfloat16-onednn`` (``float32-onednn`` on a CPU where oneDNN packs
+no bfloat16). Each layer's shape is timed over 30 distinct weights, one per layer as a decode step reads them
+(until 2026-12-07 one weight read 200 times, warm in cache: bandwidths above the machine's copy bandwidth).
 
     .venv/bin/python benchmarks/linear_kernels.py              # 8 rows, 2 threads, 3 rounds
     .venv/bin/python benchmarks/linear_kernels.py --rows 32

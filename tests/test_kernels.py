@@ -332,6 +332,46 @@ PUBLISHED_RUN_DIFFERENT = {
 }
 """CPU kinds on which :data:`PUBLISHED_RUN` is known to rerun to other numbers, with the evidence."""
 
+PUBLISHED_AMD = PUBLISHED.with_name("pareto-confirm-amd.tar.gz")
+"""The same 54 runs under canonical kernels on the AVX2-only AMD EPYC (2026-12-07, ``sagerl study
+studies/pareto-confirm.yaml --jobs 2``, 1,024 s), archived with the published archive's files: the numbers the AMD
+kinds give (the AVX-512 EPYC's rerun of 2026-12-06 gave the same table rows, and the two kinds' step traces of
+:data:`PUBLISHED_RUN` are byte for byte equal)."""
+PUBLISHED_AMD_KINDS = ("AMD EPYC (AVX-512 BF16)", "AMD EPYC (AVX2)")
+"""CPU kinds on which :data:`PUBLISHED_RUN` must rerun to :data:`PUBLISHED_AMD`'s numbers."""
+
+
+def _run_numbers(results: dict) -> dict:
+    """An evaluation's pass@k, mean token count and truncated share per dataset (``results.json``)."""
+    return {
+        (name, key): value
+        for name, data in results["datasets"].items()
+        for key, value in data.items()
+        if key.startswith("pass@") or key in ("mean_num_tokens", "truncated_fraction")
+    }
+
+
+def test_the_amd_archive_repeats_every_pkpo_run_and_reference_of_the_intel_one_and_not_grpo():
+    """What the two archives of the frontier's confirmation say, run by run: the AMD kinds give every PKPO run
+    (both anneals, both settings: 36) and every reference evaluation (6) of the Intel Xeon's archive to every
+    digit, and other numbers for 16 of its 18 GRPO runs."""
+    import tarfile
+
+    with tarfile.open(PUBLISHED) as intel, tarfile.open(PUBLISHED_AMD) as amd:
+        names = sorted(n for n in intel.getnames() if n.endswith("results.json"))
+        assert names == sorted(n for n in amd.getnames() if n.endswith("results.json"))
+        same: dict[str, list[bool]] = {}
+        for name in names:
+            kind = name.split("/")[3] if "/cells/" in name else "reference"
+            on_intel, on_amd = (_run_numbers(json.load(t.extractfile(name))) for t in (intel, amd))
+            same.setdefault(kind, []).append(on_intel == on_amd)
+    assert {k: (sum(v), len(v)) for k, v in same.items()} == {
+        "grpo": (2, 18),
+        "pkpo-anneal": (18, 18),
+        "pkpo-anneal@cosine": (18, 18),
+        "reference": (6, 6),
+    }
+
 
 def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     """Cross-CPU check at the length of a published run (the fingerprint's 2 steps can agree where 100 do not):
@@ -356,13 +396,7 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     folder = script.train_with_trace(cell_name, tmp_path / "study", trace, eval_too=True)
     got = json.loads((folder / "eval" / "results.json").read_text())
 
-    def numbers(results: dict) -> dict:
-        return {
-            (name, key): value
-            for name, data in results["datasets"].items()
-            for key, value in data.items()
-            if key.startswith("pass@") or key in ("mean_num_tokens", "truncated_fraction")
-        }
+    numbers = _run_numbers
 
     kind = cpu_kind(machine_record())
     mine, kept = read_trace(trace), script.recorded_traces(cell_name)
@@ -372,6 +406,12 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     against = "; ".join(
         f"against {k}: {v}" for k, v in script.compare_with_recorded(cell_name, trace).items()
     )
+    if kind in PUBLISHED_AMD_KINDS:
+        with tarfile.open(PUBLISHED_AMD) as tar:
+            amd = json.load(tar.extractfile(f"{PUBLISHED_RUN}/eval/results.json"))
+        assert numbers(got) == numbers(amd), (
+            f"{kind} reruns it to other numbers than the AMD archive's: {against}"
+        )
     if kind in PUBLISHED_RUN_DIFFERENT:
         assert numbers(got) != numbers(archived), f"{kind} now reruns the published run: update the record"
         pytest.xfail(

@@ -12,7 +12,7 @@ where it has neither), each distinct prompt's keys and values held once and atte
 one matmul (a group of G rollouts reads its prompt's cache once a step, not G times), each row's generated keys in
 a preallocated cache written in place, and rows that ended leaving the batch. Measured side by side in
 ``benchmarks/step_profile.py`` (docs/performance.md); the float32 kernel choice in ``benchmarks/linear_kernels.py``
-(oneDNN read a step's float32 weights 2.0x faster than MKL's packed sgemm at 8 rows on the AVX2-only AMD EPYC).
+(oneDNN read a step's float32 weights 2.1x faster than MKL's packed sgemm at 8 rows on the AVX2-only AMD EPYC).
 
 Two users: training rollouts (``SAGEConfig.rollout_decoder='static'``, sampling with
 transformers' warpers and an inverse-CDF draw, :func:`sample_token`) and evaluation (``--backend static``,

@@ -58,8 +58,34 @@ def _forced_logps(decoder, prompt, completion, monkeypatch):
     return torch.stack(seen)
 
 
+def _float32_path(path: str, monkeypatch) -> None:
+    """Make the decoder's float32 linears take ``path``: ``onednn`` (torch's default build), ``mkl`` (what a torch
+    without oneDNN gets), or ``plain``."""
+    if path == "onednn":
+        assert torch.backends.mkldnn.is_available()
+        return
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    if path == "mkl":
+        assert static._mkl_packing()
+    else:
+        monkeypatch.setattr(static, "_mkl_packing", lambda: False)
+
+
+@pytest.mark.parametrize("path", ["onednn", "mkl", "plain"])
+def test_float32_weights_are_packed_for_onednn_then_mkl_then_plain(path, monkeypatch):
+    _float32_path(path, monkeypatch)
+    decoder = StaticDecoder(_model("llama"))
+    kinds = {decoder.head.kind} | {
+        lin.kind for layer in decoder.layers for lin in (layer.qkv, layer.o, layer.down)
+    }
+    assert kinds == {path}
+    assert decoder.compacts == (path != "mkl")  # MKL's packing is for one batch size: ended rows stay
+
+
+@pytest.mark.parametrize("path", ["onednn", "mkl"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_decode_steps_give_the_models_log_probs(kind, monkeypatch):
+def test_decode_steps_give_the_models_log_probs(kind, path, monkeypatch):
+    _float32_path(path, monkeypatch)
     model = _model(kind)
     completion = [7, 70, 33, 33, 1, 90, 14, 52, 3, 3, 61]
     width = max(map(len, PROMPTS))
