@@ -7,7 +7,8 @@ Generation stays TRL's (``trl.generation.vllm_generation.VLLMGeneration``); this
   :data:`~sagerl.eval.vllm_backend.DEFAULT_CPU_KV_CACHE_GIB` GiB when unset; ``vllm_gpu_memory_utilization``
   is then unused) and memory and cores are checked (:func:`sagerl.eval.vllm_backend.check_cpu_resources`).
 - :func:`cpu_engine_dtype`: the colocated CPU engine runs in the policy checkpoint's dtype (vLLM would
-  downcast float32 to bfloat16 there).
+  downcast float32 to bfloat16 there), and eagerly (``enforce_eager=True``, as the evaluation backend's engine:
+  vLLM's start-up ``torch.compile`` took the 3-step test run from 71 s to 165 s on 2 cores).
 - :func:`install_cpu_weight_sync` (colocate mode on the CPU engine): TRL pushes the trained weights into vLLM
   with ``model.load_weights`` on the live vLLM model. On CPU that fails ("'Parameter' object has no attribute
   'weight_loader'"): after loading, vLLM's CPU linear layers repack their weights for oneDNN and drop the
@@ -84,7 +85,9 @@ def cpu_engine_dtype(args: Any):
     to bfloat16 on CPU (``_resolve_auto_dtype`` in vllm/config/model.py), while the trainer computes in
     float32: the sampler and the policy then differ by bfloat16 rounding (0.2 nats on the tiny test model).
     Inside this context TRL's ``LLM`` gets ``dtype`` = ``model_init_kwargs["dtype"]`` when set, else the
-    checkpoint's own. A caller's explicit dtype is kept; nothing changes on a GPU engine or in server mode.
+    checkpoint's own, and ``enforce_eager=True`` (TRL passes none; vLLM's CPU engine would compile the model
+    first, minutes on 2 cores). A caller's explicit dtype or ``enforce_eager`` is kept; nothing changes on a GPU
+    engine or in server mode.
     """
     if not (getattr(args, "use_vllm", False) and args.vllm_mode == "colocate" and vllm_installed()):
         yield
@@ -103,6 +106,7 @@ def cpu_engine_dtype(args: Any):
         if "dtype" not in kwargs:
             dtype = wanted if wanted not in (None, "auto") else _checkpoint_dtype(kwargs.get("model"))
             kwargs["dtype"] = str(dtype).removeprefix("torch.")
+        kwargs.setdefault("enforce_eager", True)
         return real(*pos, **kwargs)
 
     trl_vllm.LLM = llm

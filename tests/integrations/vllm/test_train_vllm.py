@@ -51,6 +51,8 @@ def test_vllm_samples_from_the_policy_of_the_last_optimizer_step(run):
     steps = [r["step"] for r in records]
     assert steps[:3] == [0, 1, 2] and steps[-1] == 3  # a rollout per step, and once more after the last
     assert run["vllm_dtype"] == "torch.float32"
+    # sagerl.train.vllm_rollouts: the CPU engine runs eagerly, with no start-up torch.compile
+    assert run["vllm_enforce_eager"] is True
     worst = [max(abs(a - b) for a, b in zip(r["vllm"], r["policy"], strict=True)) for r in records]
     assert max(worst) < TOLERANCE, worst
     moved = [

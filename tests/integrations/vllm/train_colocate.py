@@ -113,6 +113,7 @@ if __name__ == "__main__":
             "trl_plain": trl_plain,
             "sage_plain_unweighted": sage_plain_unweighted,
             "vllm_dtype": str(gen.llm.llm_engine.model_config.dtype),
+            "vllm_enforce_eager": bool(gen.llm.llm_engine.model_config.enforce_eager),
         },
         open(out_path, "w"),
     )
