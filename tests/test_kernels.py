@@ -396,8 +396,6 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     folder = script.train_with_trace(cell_name, tmp_path / "study", trace, eval_too=True)
     got = json.loads((folder / "eval" / "results.json").read_text())
 
-    numbers = _run_numbers
-
     kind = cpu_kind(machine_record())
     mine, kept = read_trace(trace), script.recorded_traces(cell_name)
     if script.kind_slug(kind) in kept:
@@ -409,15 +407,17 @@ def test_a_published_grpo_run_reruns_to_its_archived_numbers(tmp_path):
     if kind in PUBLISHED_AMD_KINDS:
         with tarfile.open(PUBLISHED_AMD) as tar:
             amd = json.load(tar.extractfile(f"{PUBLISHED_RUN}/eval/results.json"))
-        assert numbers(got) == numbers(amd), (
+        assert _run_numbers(got) == _run_numbers(amd), (
             f"{kind} reruns it to other numbers than the AMD archive's: {against}"
         )
     if kind in PUBLISHED_RUN_DIFFERENT:
-        assert numbers(got) != numbers(archived), f"{kind} now reruns the published run: update the record"
+        assert _run_numbers(got) != _run_numbers(archived), (
+            f"{kind} now reruns the published run: update the record"
+        )
         pytest.xfail(
             f"{kind} is known to rerun it to other numbers: {PUBLISHED_RUN_DIFFERENT[kind]} ({against})"
         )
-    assert numbers(got) == numbers(archived), (
+    assert _run_numbers(got) == _run_numbers(archived), (
         f"{PUBLISHED_RUN} reruns to other numbers on {kind} (matched on: {'; '.join(PUBLISHED_RUN_MATCHED_ON)}); "
         "record the kind in PUBLISHED_RUN_DIFFERENT with the evidence, or find the kernel that differs "
         f"(the step trace: {against or 'no trace kept yet'}; python studies/published_run_trace.py --save keeps "
