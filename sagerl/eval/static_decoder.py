@@ -117,13 +117,17 @@ class _Linear:
         self.weight = weight.detach().to(dtype).contiguous()
         self.bias = None if bias is None else bias.detach().to(dtype)
         self.packed, self.kind, self.rows = None, "plain", rows
-        try:
-            if dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available():
-                self.packed, self.kind = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows), "onednn"
-            elif dtype == torch.float32 and _mkl_packing():
-                self.packed, self.kind = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows), "mkl"
-        except (AttributeError, RuntimeError):  # a torch without the op or the ISA: the plain matmul
-            self.packed, self.kind = None, "plain"
+        packers = []
+        if dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available():
+            packers.append(("onednn", lambda w, r: torch.ops.mkldnn._reorder_linear_weight(w, r)))
+        if dtype == torch.float32 and _mkl_packing():
+            packers.append(("mkl", lambda w, r: torch.ops.mkl._mkl_reorder_linear_weight(w, r)))
+        for kind, pack in packers:  # the first that packs; none: the plain matmul
+            try:
+                self.packed, self.kind = pack(self.weight, rows), kind
+                break
+            except (AttributeError, RuntimeError):  # a torch without the op or a CPU without the ISA
+                continue
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "mkl":
