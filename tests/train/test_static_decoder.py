@@ -82,6 +82,18 @@ def test_float32_weights_are_packed_for_onednn_then_mkl_then_plain(path, monkeyp
     assert decoder.compacts == (path != "mkl")  # MKL's packing is for one batch size: ended rows stay
 
 
+def test_a_float32_weight_onednn_cannot_pack_gets_mkls_packing(monkeypatch):
+    def refuse(weight, rows):
+        raise RuntimeError("mkldnn_reorder_linear_weight: not on this CPU")
+
+    assert static._mkl_packing()
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse, raising=False)
+    decoder = StaticDecoder(_model("llama"))
+    assert {decoder.head.kind, decoder.layers[0].qkv.kind} == {"mkl"}
+    x = torch.randn(3, decoder.head.weight.size(1))
+    torch.testing.assert_close(decoder.head(x), x @ decoder.head.weight.T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("path", ["onednn", "mkl"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_decode_steps_give_the_models_log_probs(kind, path, monkeypatch):
