@@ -71,7 +71,7 @@ from sagerl.tasks.verify import final_answer
 from sagerl.train.config import PASSK_ESTIMATORS, TEXT_INPUTS, SAGEConfig
 from sagerl.train.refill import choose_groups, groups_with_spread, merge_rollouts
 from sagerl.train.rewards import completion_text
-from sagerl.train.vllm_rollouts import check_vllm_training, cpu_engine_dtype, install_cpu_weight_sync
+from sagerl.train.vllm_rollouts import check_vllm_training, cpu_engine_settings, install_cpu_weight_sync
 
 OUTCOME_COUNTS_FILE = "sage_outcome_counts.json"
 """The outcome counts N(x, a) of a checkpoint (outcome-based exploration's UCB estimators)."""
@@ -189,7 +189,7 @@ class SAGETrainer(GRPOTrainer):
             if args.reward_weights is not None:
                 args.reward_weights = [*args.reward_weights, 1.0]
         check_vllm_training(args)
-        with cpu_engine_dtype(args):
+        with cpu_engine_settings(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         install_cpu_weight_sync(self)  # vLLM's CPU engine only (sagerl.train.vllm_rollouts)
         if (

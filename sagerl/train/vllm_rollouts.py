@@ -6,7 +6,7 @@ Generation stays TRL's (``trl.generation.vllm_generation.VLLMGeneration``); this
   ``make setup-vllm``); on vLLM's CPU engine the KV cache gets a fixed size (``VLLM_CPU_KVCACHE_SPACE``,
   :data:`~sagerl.eval.vllm_backend.DEFAULT_CPU_KV_CACHE_GIB` GiB when unset; ``vllm_gpu_memory_utilization``
   is then unused) and memory and cores are checked (:func:`sagerl.eval.vllm_backend.check_cpu_resources`).
-- :func:`cpu_engine_dtype`: the colocated CPU engine runs in the policy checkpoint's dtype (vLLM would
+- :func:`cpu_engine_settings`: the colocated CPU engine runs in the policy checkpoint's dtype (vLLM would
   downcast float32 to bfloat16 there), and eagerly (``enforce_eager=True``, as the evaluation backend's engine:
   vLLM's start-up ``torch.compile`` took the 3-step test run from 71 s to 165 s on 2 cores).
 - :func:`install_cpu_weight_sync` (colocate mode on the CPU engine): TRL pushes the trained weights into vLLM
@@ -78,8 +78,8 @@ def check_vllm_training(args: Any) -> None:
 
 
 @contextmanager
-def cpu_engine_dtype(args: Any):
-    """While TRL builds its colocated vLLM engine, give it the policy checkpoint's dtype on the CPU engine.
+def cpu_engine_settings(args: Any):
+    """While TRL builds its colocated vLLM engine on the CPU, give it the policy checkpoint's dtype and eager mode.
 
     TRL calls ``vllm.LLM(model=...)`` without a dtype, and vLLM's ``"auto"`` downcasts a float32 checkpoint
     to bfloat16 on CPU (``_resolve_auto_dtype`` in vllm/config/model.py), while the trainer computes in
