@@ -9,7 +9,7 @@ import torch
 
 from sagerl.errors import ConfigError, SagerlError
 from sagerl.eval.backends import make_sampler
-from sagerl.eval.samplers import HFSampler, sample_next_tokens, sample_seed
+from sagerl.eval.samplers import DRAW_ROWS, HFSampler, sample_next_tokens, sample_seed
 from sagerl.eval.static_sampler import StaticSampler
 from sagerl.eval.vllm_backend import VLLMSampler
 
@@ -280,3 +280,26 @@ def test_static_backend_refuses_a_gpu_and_models_it_cannot_decode(tiny_sampler, 
         StaticSampler(None, model_obj=gpt2, tokenizer=tiny_sampler.tokenizer)
     with pytest.raises(ConfigError, match=r"unknown backend 'tgi' \(choose hf, static, vllm\)"):
         make_sampler("tgi", None)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_draws_in_row_blocks_are_each_rows_own_draw(top_p):
+    """Past DRAW_ROWS rows the draw runs in row blocks: every row gets the token it gets drawn alone."""
+    rows = 2 * DRAW_ROWS + 5
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(rows, 5000, generator=gen) * 4
+    uniforms = torch.rand(rows, generator=gen, dtype=torch.float64)
+    together = sample_next_tokens(logits, 1.0, top_p, uniforms)
+    alone = torch.cat(
+        [sample_next_tokens(logits[r : r + 1], 1.0, top_p, uniforms[r : r + 1]) for r in range(rows)]
+    )
+    assert torch.equal(together, alone)
+    assert len(set(together.tolist())) > rows // 2  # real draws, not one token
+
+
+def test_static_backend_batches_256_rows_unless_told(tiny_sampler):
+    from sagerl.eval.static_sampler import BATCH_SIZE
+
+    kw = {"model_obj": tiny_sampler.model, "tokenizer": tiny_sampler.tokenizer}
+    assert StaticSampler(None, **kw).batch_size == BATCH_SIZE == 256
+    assert StaticSampler(None, batch_size=6, **kw).batch_size == 6

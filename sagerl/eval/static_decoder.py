@@ -149,6 +149,25 @@ def _cat_bias(*mods) -> torch.Tensor | None:
     )
 
 
+SHARED_PREFIX_MIN = 16
+"""Distinct prompts that share at least this many leading tokens prefill them once (:meth:`StaticDecoder.prefill`,
+``positions="tokens"``); below it the split's extra forward call costs more than it saves."""
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """The number of leading tokens every prompt of ``prompts`` (two or more) has in common, at most each prompt's
+    length minus 1 (every prompt keeps its last token for the forward pass that gives its first logits); 0 for one
+    prompt."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
+
+
 @dataclass
 class _Layer:
     norm_in: torch.Tensor
@@ -288,6 +307,13 @@ class StaticDecoder:
     ) -> DecodeState:
         """Run each distinct prompt of ``prompt_ids`` (B rows) once through the model's own forward.
 
+        With ``positions="tokens"``, distinct prompts that open with the same tokens (an evaluation's few-shot
+        worked examples and chat template: 149 of the ~185 tokens of each ``arith_l1`` prompt with 2 examples)
+        share that prefix's prefill too: it runs once, its cache is repeated for every prompt, and each prompt's
+        remaining tokens run after it, left-padded among themselves (so the prompt cache holds
+        ``[shared prefix | padding | own tokens]``, the padding masked). The same keys, values and logits as a
+        whole-prompt prefill up to float rounding (tested), :data:`SHARED_PREFIX_MIN` tokens or more shared.
+
         Args:
             prompt_ids: B token-id lists (rows with the same ids share one prefill and one prompt cache).
             max_new_tokens: the room each row's cache gets (N).
@@ -313,16 +339,34 @@ class StaticDecoder:
         slot_of: dict[tuple[int, ...], int] = {}
         slot_list = [slot_of.setdefault(tuple(p), len(slot_of)) for p in prompt_ids]
         distinct = list(slot_of)
-        groups, length = len(distinct), max(len(p) for p in distinct)
+        groups = len(distinct)
+        shared = shared_prefix_length(distinct) if positions == "tokens" else 0
+        if shared < SHARED_PREFIX_MIN:
+            shared = 0
+        length = max(len(p) for p in distinct) - shared  # the left-padded part each prompt runs on its own
         ids = torch.full((groups, length), pad_token_id, dtype=torch.long)
         attention = torch.zeros(groups, length, dtype=torch.long)
         for i, p in enumerate(distinct):
-            ids[i, length - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[i, length - len(p) :] = 1
+            ids[i, length - len(p) + shared :] = torch.tensor(p[shared:], dtype=torch.long)
+            attention[i, length - len(p) + shared :] = 1
         kwargs = dict(input_ids=ids, attention_mask=attention, use_cache=True, logits_to_keep=1)
-        if positions == "tokens":
+        if shared:
+            from sagerl.eval.samplers import cache_argument
+
+            head = self.model(
+                input_ids=torch.tensor([distinct[0][:shared]], dtype=torch.long),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = output_cache(head)
+            cache.batch_select_indices(torch.zeros(groups, dtype=torch.long))  # the prefix's cache per prompt
+            attention = torch.cat([torch.ones(groups, shared, dtype=torch.long), attention], 1)
+            kwargs.update(attention_mask=attention, **{cache_argument(self.model): cache})
+            kwargs["position_ids"] = (attention.cumsum(-1) - 1)[:, shared:]
+        elif positions == "tokens":
             kwargs["position_ids"] = (attention.cumsum(-1) - 1).clamp_(min=0)
         out = self.model(**kwargs)
+        length += shared
         slot = torch.tensor(slot_list)
         member = torch.zeros_like(slot)
         seen = [0] * groups  # rows of each prompt so far; in the end, each prompt's row count

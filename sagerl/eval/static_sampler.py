@@ -12,6 +12,12 @@ from typing import Any
 from sagerl.errors import ConfigError
 from sagerl.eval.samplers import Completion, HFSampler, row_uniforms, sample_next_tokens
 
+BATCH_SIZE = 256
+"""The static backend's rows per batch unless ``--batch-size`` says otherwise: its decode steps are compute-bound
+at 256 rows, and a larger batch leaves fewer steps to the long tail of a few unfinished rows (the demo's evaluation,
+64 problems x 8 samples on the AVX2 EPYC: 69 s at 256 rows, 68 at 512, 118 at the hf backend's 64 before the
+shared-prefix prefill and the blocked draw; docs/performance.md)."""
+
 
 class StaticSampler(HFSampler):
     """The hf backend's sampling with sagerl's static decode loop (:mod:`sagerl.eval.static_decoder`), on the CPU.
@@ -22,7 +28,7 @@ class StaticSampler(HFSampler):
     the hf backend's up to float rounding of the logits (a near-tie may go the other way). Llama-family models
     only (``llama``, ``qwen2``, ``mistral``).
 
-    Args: as :class:`HFSampler` (``device`` is always the CPU).
+    Args: as :class:`HFSampler` (``device`` is always the CPU); ``batch_size`` defaults to :data:`BATCH_SIZE`.
 
     Raises:
         ConfigError: the model is not one the static decoder supports (the reason named), or a GPU was asked.
@@ -34,6 +40,7 @@ class StaticSampler(HFSampler):
     def __init__(self, model: str | None = None, *, device: str | None = None, **kwargs: Any) -> None:
         if device not in (None, "cpu"):
             raise ConfigError(f"the static backend runs on the CPU, not {device!r} (use --backend hf)")
+        kwargs["batch_size"] = kwargs.get("batch_size") or BATCH_SIZE
         super().__init__(model, device="cpu", **kwargs)
         from sagerl.eval.static_decoder import unsupported_reason
 

@@ -253,3 +253,48 @@ def test_trains_two_steps_with_static_rollouts(tiny_model, tmp_path):
 def test_an_unknown_decoder_is_refused():
     with pytest.raises(ConfigError, match="rollout_decoder='fast' is not one of transformers, static"):
         SAGEConfig(output_dir="/tmp/x", rollout_decoder="fast", report_to="none", bf16=False)
+
+
+def test_prompts_sharing_leading_tokens_prefill_them_once_with_the_models_log_probs(monkeypatch):
+    """positions='tokens' (the evaluation's): distinct prompts that open alike run their shared prefix once, then
+    their own tokens left-padded among themselves; each row's log-probs are the model's on its prompt alone."""
+    model = _model("llama")
+    shared = [5, 17, 3, 44, 9, 61]
+    prompts = [shared + [2, 8], shared + [30], shared + [12, 4, 77]]  # own parts of 2, 1, 3 tokens
+    assert static.shared_prefix_length(prompts) == 6
+    assert static.shared_prefix_length([shared, shared + [1]]) == 5  # each keeps its last token
+    assert static.shared_prefix_length([shared]) == 0
+    monkeypatch.setattr(static, "SHARED_PREFIX_MIN", 4)
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(
+        model, "forward", lambda *a, **k: calls.append(tuple(k["input_ids"].shape)) or forward(*a, **k)
+    )
+    completion = [7, 70, 33, 1, 90]
+    seen = []
+
+    def draw(logits, step, rows):
+        seen.append(logits.log_softmax(-1))
+        return torch.full((logits.size(0),), completion[step])
+
+    rows = [p for p in prompts for _ in range(2)]
+    StaticDecoder(model).decode(
+        rows,
+        max_new_tokens=len(completion),
+        eos_token_ids=[-1],
+        pad_token_id=0,
+        draw=draw,
+        positions="tokens",
+    )
+    assert calls == [(1, 6), (3, 3)]  # the shared prefix once, then each prompt's own tokens
+    got = torch.stack(seen)  # (steps, rows, V)
+    for r, prompt in enumerate(rows):
+        with torch.no_grad():
+            want = forward(input_ids=torch.tensor([prompt + completion])).logits[0].float().log_softmax(-1)
+        torch.testing.assert_close(got[:, r], want[len(prompt) - 1 : -1], rtol=0, atol=1e-4)
+    monkeypatch.setattr(static, "SHARED_PREFIX_MIN", 7)  # fewer shared tokens than the minimum: whole prompts
+    calls.clear()
+    StaticDecoder(model).decode(
+        rows, max_new_tokens=1, eos_token_ids=[-1], pad_token_id=0, draw=draw, positions="tokens"
+    )
+    assert calls == [(3, 9)]
