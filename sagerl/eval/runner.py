@@ -125,7 +125,7 @@ def evaluate(
         data_dir: folder of the local JSONL files (else ``$SAGERL_DATA_DIR``).
         backend: ``"hf"``, ``"static"`` (the hf backend's samples by sagerl's static decode loop: Llama family,
             CPU; :class:`~sagerl.eval.static_sampler.StaticSampler`) or ``"vllm"``.
-        batch_size: sequences per generation batch (default: 64 on CPU, 256 on GPU).
+        batch_size: sequences per generation batch (default: 64 on CPU, 256 on GPU and for the ``static`` backend).
         few_shot: few-shot examples in each prompt; None = the dataset's default.
         progress: show a progress bar (stderr).
         dtype: the sampler's weights (``"auto"``: bfloat16 where the device has bfloat16 matrix units,
