@@ -20,8 +20,8 @@ export TOKENIZERS_PARALLELISM ?= false
 # CPU to build with pip's compile step, 211 s without: torch, vLLM and verl ship thousands of modules no test
 # imports), and Python writes the bytecode of what a process imports, once, for every later process. So
 # PYTHONDONTWRITEBYTECODE, set on this project's machines, is not passed on to what make runs: with it and
-# without the compile step every process the tests start compiled all it imported again (the main suite
-# took 14 min instead of 10).
+# without the compile step every process the tests start compiled all it imported again (the main suite ran
+# past 14 min instead of 10).
 PIP_FLAGS := --quiet --no-compile
 unexport PYTHONDONTWRITEBYTECODE
 

@@ -303,3 +303,5 @@ def test_static_backend_batches_256_rows_unless_told(tiny_sampler):
     kw = {"model_obj": tiny_sampler.model, "tokenizer": tiny_sampler.tokenizer}
     assert StaticSampler(None, **kw).batch_size == BATCH_SIZE == 256
     assert StaticSampler(None, batch_size=6, **kw).batch_size == 6
+    with pytest.raises(ConfigError, match="batch size must be >= 1, got 0"):
+        StaticSampler(None, batch_size=0, **kw)

@@ -52,7 +52,9 @@ def eval_command(
         help="KEY=VALUE passed to vllm.LLM (repeatable; VALUE read as YAML), e.g. gpu_memory_utilization=0.8.",
     ),
     batch_size: int | None = typer.Option(
-        None, "--batch-size", help="Sequences per generation batch (default: 64 on a CPU, 256 on a GPU and with --backend static)."
+        None,
+        "--batch-size",
+        help="Sequences per generation batch (default: 64 on a CPU, 256 on a GPU and with --backend static).",
     ),
     few_shot: int | None = typer.Option(
         None, "--few-shot", help="Few-shot examples per prompt (default: per dataset)."

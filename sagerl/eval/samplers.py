@@ -127,9 +127,8 @@ def sample_next_tokens(logits, temperature: float, top_p: float, uniforms):
 
     if temperature <= 0:
         return logits.argmax(dim=-1)
-    if (
-        logits.shape[0] > DRAW_ROWS
-    ):  # row blocks: each row's arithmetic is unchanged, its float64 work stays in cache
+    if logits.shape[0] > DRAW_ROWS:
+        # in row blocks: each row's arithmetic is unchanged, and a block's float64 work stays in cache
         return torch.cat(
             [
                 sample_next_tokens(logits[i : i + DRAW_ROWS], temperature, top_p, uniforms[i : i + DRAW_ROWS])

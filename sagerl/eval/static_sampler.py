@@ -15,8 +15,8 @@ from sagerl.eval.samplers import Completion, HFSampler, row_uniforms, sample_nex
 BATCH_SIZE = 256
 """The static backend's rows per batch unless ``--batch-size`` says otherwise: its decode steps are compute-bound
 at 256 rows, and a larger batch leaves fewer steps to the long tail of a few unfinished rows (the demo's evaluation,
-64 problems x 8 samples on the AVX2 EPYC: 69 s at 256 rows, 68 at 512, 118 at the hf backend's 64 before the
-shared-prefix prefill and the blocked draw; docs/performance.md)."""
+64 problems x 8 samples on the AVX2 EPYC: 69 s at 256 rows, 68 at 512; 108 s for the loop before, at the hf
+backend's 64 rows, each prompt prefilled whole and the draw over all rows at once; docs/performance.md)."""
 
 
 class StaticSampler(HFSampler):
@@ -40,7 +40,8 @@ class StaticSampler(HFSampler):
     def __init__(self, model: str | None = None, *, device: str | None = None, **kwargs: Any) -> None:
         if device not in (None, "cpu"):
             raise ConfigError(f"the static backend runs on the CPU, not {device!r} (use --backend hf)")
-        kwargs["batch_size"] = kwargs.get("batch_size") or BATCH_SIZE
+        if kwargs.get("batch_size") is None:
+            kwargs["batch_size"] = BATCH_SIZE
         super().__init__(model, device="cpu", **kwargs)
         from sagerl.eval.static_decoder import unsupported_reason
 
