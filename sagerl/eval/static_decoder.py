@@ -334,7 +334,7 @@ class StaticDecoder:
             )
         if positions not in ("padded", "tokens"):
             raise ValueError(f"positions must be 'padded' or 'tokens', got {positions!r}")
-        from sagerl.eval.samplers import output_cache
+        from sagerl.eval.samplers import cache_argument, output_cache
 
         slot_of: dict[tuple[int, ...], int] = {}
         slot_list = [slot_of.setdefault(tuple(p), len(slot_of)) for p in prompt_ids]
@@ -351,8 +351,6 @@ class StaticDecoder:
             attention[i, length - len(p) + shared :] = 1
         kwargs = dict(input_ids=ids, attention_mask=attention, use_cache=True, logits_to_keep=1)
         if shared:
-            from sagerl.eval.samplers import cache_argument
-
             head = self.model(
                 input_ids=torch.tensor([distinct[0][:shared]], dtype=torch.long),
                 use_cache=True,
