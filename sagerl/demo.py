@@ -335,10 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from sagerl.allocator import keep_freed_memory
     from sagerl.cli.quiet import quiet_third_party_progress
     from sagerl.cli.warning_filters import silence_harmless_warnings
     from sagerl.errors import SagerlError
 
+    keep_freed_memory()
     silence_harmless_warnings()
     quiet_third_party_progress()
     settings = DemoSettings(

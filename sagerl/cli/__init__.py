@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import typer
 
+from sagerl.allocator import keep_freed_memory
 from sagerl.cli.app import app
 from sagerl.cli.quiet import quiet_third_party_progress
 from sagerl.cli.warning_filters import silence_harmless_warnings
@@ -33,8 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     A usage error (unknown command or option, missing value, value of the wrong type) prints the
     command's usage line and one error line, exit status 2. The known harmless third-party warnings of
     :mod:`sagerl.cli.warning_filters` are silenced; every other warning shows. Third-party progress bars
-    are off (:mod:`sagerl.cli.quiet`): each stage shows sagerl's own display.
+    are off (:mod:`sagerl.cli.quiet`): each stage shows sagerl's own display. glibc's malloc keeps the memory
+    torch frees (:func:`sagerl.allocator.keep_freed_memory`).
     """
+    keep_freed_memory()
     silence_harmless_warnings()
     quiet_third_party_progress()
     args = sys.argv[1:] if argv is None else list(argv)

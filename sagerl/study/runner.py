@@ -396,9 +396,13 @@ def _run_label(cell: Cell) -> str:
 
 def _init_worker(filters: list) -> None:
     """A ``run_study(jobs > 1)`` worker starts with its parent's warning filters (spawned processes do not
-    inherit them; the environment, with its progress-bar switches, they do)."""
+    inherit them; the environment, with its progress-bar switches, they do) and glibc's malloc keeping what torch
+    frees (:func:`sagerl.allocator.keep_freed_memory`, as the ``sagerl`` command's own process)."""
     import warnings
 
+    from sagerl.allocator import keep_freed_memory
+
+    keep_freed_memory()
     warnings.filters[:] = filters
 
 
