@@ -29,8 +29,8 @@ Usage: ``python benchmarks/step_profile.py [--steps 3] [--dtypes float32-noshare
 shared, the rollouts' prefill not; ``-static``: ``rollout_decoder='static'``, sagerl's lean decode loop
 (``sagerl.eval.static_decoder``) instead of transformers' ``generate``, the demo's own setting since 2026-12-05, so a
 dtype alone is the same; ``-generate``: ``rollout_decoder='transformers'``, as ``-nogen`` and ``-noshare``; ``-nologshare``: the log-prob passes per row, the rollouts as the
-demo's; ``-sysmalloc``: glibc's malloc as it comes (every variant else keeps freed memory as the ``sagerl`` command
-does, ``sagerl.allocator``); ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
+demo's; a ``+sysmalloc`` suffix: glibc's malloc as it comes (every variant else keeps freed memory as the
+``sagerl`` command does, ``sagerl.allocator``); ``-spgN``: TRL's ``steps_per_generation = N``, one rollout batch of N prompts
 x 8 rollouts serving N optimizer steps, so each decode step runs 8N rows); the first step of each child is a
 warm-up and is left out (with ``-spgN`` the first N); a variant's step time is the median step, or with
 ``-spgN`` the mean over its steps (only one step in N samples); ``@PRESET`` trains that preset instead of the demo's
@@ -118,19 +118,21 @@ def child(variant: str, steps: int, out: str) -> dict:
     from sagerl.train.trainer import SAGETrainer
 
     variant, _, preset = variant.partition("@")
+    variant, _, malloc = variant.partition("+")
+    if malloc not in ("", "sysmalloc"):
+        raise SystemExit(f"unknown variant suffix +{malloc}: only +sysmalloc")
     dtype, _, option = variant.partition("-")
     overrides = {**train_overrides(steps, MAX_NEW_TOKENS, LEARNING_RATE, progress=False), "dtype": dtype}
     spg = int(option[3:]) if option.startswith("spg") and option[3:].isdigit() else 1
     if (
-        option not in ("", "nogen", "noshare", "nologshare", "static", "generate", "sysmalloc")
+        option not in ("", "nogen", "noshare", "nologshare", "static", "generate")
         and spg == 1
         and option != "spg1"
     ):
         raise SystemExit(
-            f"unknown variant {variant!r}: a dtype, with -nogen, -noshare, -nologshare, -static, -generate, "
-            "-sysmalloc or -spgN"
+            f"unknown variant {variant!r}: a dtype, with -nogen, -noshare, -nologshare, -static, -generate or -spgN"
         )
-    if option != "sysmalloc":  # as the sagerl command and make demo run (sagerl.allocator)
+    if not malloc:  # as the sagerl command and make demo run (sagerl.allocator)
         from sagerl.allocator import keep_freed_memory
 
         keep_freed_memory()
@@ -276,7 +278,7 @@ def main() -> None:
         help="variants: a dtype (the demo's settings), with -nogen (share_generation_prefix off), -nologshare "
         "(share_prompt_prefix off), -noshare "
         "(share_prompt_prefix off too: TRL's forward passes), -static (rollout_decoder='static'), -generate (transformers'), "
-        "-sysmalloc (glibc's malloc as it comes) or -spgN; "
+        "or -spgN, +sysmalloc (glibc's malloc as it comes); "
         "@PRESET trains that preset (default grpo+branch)",
     )
     parser.add_argument("--child", nargs=2, metavar=("DTYPE", "OUT"))

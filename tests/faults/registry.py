@@ -109,9 +109,9 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
     FaultClass(
         "vLLM engine dies during eval (its worker killed)",
         "one line naming the engine's death and 'rerun the same command to resume'; samples.jsonl keeps whole "
-        "lines; the rerun resumes to the samples and pass@k of an uninterrupted run (also after SIGKILL of the "
-        "eval); runs in .venv-vllm (make test-vllm)",
-        ("tests/integrations/vllm/test_vllm_faults.py::test_kill_eval_and_kill_engine_worker_then_resume",),
+        "lines; the rerun resumes to the samples and pass@k of an uninterrupted run; runs in .venv-vllm "
+        "(make test-vllm)",
+        ("tests/integrations/vllm/test_vllm_faults.py::test_kill_engine_worker_then_resume",),
     ),
     FaultClass(
         "disk full during a write",

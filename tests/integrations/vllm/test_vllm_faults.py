@@ -1,9 +1,14 @@
 """Faults of ``sagerl eval --backend vllm``, with real processes (vLLM's CPU engine, a tiny random model).
 
-An uninterrupted run gives the reference samples. Then, in one run folder: (1) the eval is killed with
-SIGKILL after its first batches are written; (2) its rerun resumes, and the engine's worker process is killed
-while it samples: the eval stops with one line naming what happened and the fix, ``samples.jsonl`` holds
-whole lines only; (3) the next rerun finishes with exactly the reference's samples and pass@k.
+An uninterrupted run gives the reference samples. Then, in one run folder: (1) the engine's worker process is
+killed while the eval samples, after its first batches are written: the eval stops with one line naming what
+happened and the fix, ``samples.jsonl`` holds whole lines only; (2) the rerun resumes and finishes with exactly
+the reference's samples and pass@k. Three engine starts, the test's whole cost (about a minute each on 2 cores).
+
+A SIGKILL of the eval process itself is not repeated here: what it leaves (a torn last line, cut off on resume)
+and the resume are the same code for every backend, tested three times over in tests/faults/test_kill.py with the
+hf backend. What it leaves behind with vLLM (the engine's processes, which do not watch their parent) is a known
+limit of vLLM's (docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def engine_worker(proc: subprocess.Popen) -> psutil.Process:
     return (worker or kids)[-1]
 
 
-def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path):
+def test_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path):
     data = tmp_path / "tiny.jsonl"
     data.write_text(
         "".join(
@@ -104,33 +109,19 @@ def test_kill_eval_and_kill_engine_worker_then_resume(vllm_tiny_model, tmp_path)
     expected = samples(ref)
     assert len(expected) == TOTAL
 
-    # (1) SIGKILL the eval after two batches
+    # (1) kill the engine's worker while the eval samples, after its first two batches
     out = tmp_path / "run"
-    proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "killed.log")
-    wait_for_lines(proc, out / "samples.jsonl", 8)
-    family = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    # vLLM's engine processes outlive a SIGKILLed parent (they wait on their sockets): end the ones we started
-    _, alive = psutil.wait_procs(family, timeout=20)
-    for leftover in alive:
-        leftover.kill()
-    psutil.wait_procs(alive, timeout=30)
-    first = whole_lines(out / "samples.jsonl")
-    assert 8 <= first < TOTAL
-
-    # (2) the rerun resumes; kill its engine's worker while it samples
     proc = start(eval_args(vllm_tiny_model, data, out), tmp_path / "worker.log")
-    wait_for_lines(proc, out / "samples.jsonl", first + 8)
+    wait_for_lines(proc, out / "samples.jsonl", 8)
     engine_worker(proc).send_signal(signal.SIGKILL)
     proc.wait(timeout=300)
     err = (tmp_path / "worker.log").read_text()
     assert proc.returncode != 0
     said = [line for line in err.splitlines() if "vLLM's engine died" in line]
     assert said and "rerun the same command to resume" in said[-1], err[-3000:]
-    assert first + 8 <= whole_lines(out / "samples.jsonl") < TOTAL
+    assert 8 <= whole_lines(out / "samples.jsonl") < TOTAL
 
-    # (3) the next rerun finishes: the samples and pass@k of the uninterrupted run
+    # (2) the rerun resumes and finishes: the samples and pass@k of the uninterrupted run
     done = subprocess.run(
         eval_args(vllm_tiny_model, data, out), env=env(), capture_output=True, text=True, timeout=600
     )
