@@ -9,8 +9,8 @@ that way and 0.18 s with the memory kept (the AVX2-only AMD EPYC, 2026-12-07). :
 in the running process, the two knobs that keep it: no ``mmap`` for allocations (``M_MMAP_MAX`` 0: every block
 comes from the heap) and no trimming of the heap's top below 2 GiB free (``M_TRIM_THRESHOLD``). It is what the
 PyTorch CPU performance guides get from jemalloc or tcmalloc through ``LD_PRELOAD``, with glibc's own
-``mallopt`` and nothing to install. Measured side by side: ``benchmarks/step_profile.py`` (``-sysmalloc``, the
-variant without it; docs/performance.md).
+``mallopt`` and nothing to install. Measured side by side: ``benchmarks/step_profile.py`` (a variant with the
+``+sysmalloc`` suffix runs without it; docs/performance.md).
 
 No number changes: torch's CPU allocator aligns every tensor to 64 bytes either way, and the kernels see the same
 bytes. What it costs: the process keeps its peak heap (its resident size does not fall after the peak).

