@@ -92,13 +92,12 @@ as the conversion through transformers' own three reads of the file wrote it bef
 
 def test_the_embedded_conversion_gives_the_recorded_weights():
     import hashlib
+    import json
 
     from sagerl.models import embedded_model_dir
 
     folder = embedded_model_dir()  # converted by this code when the suite's cache is empty (CI)
     assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == EMBEDDED_WEIGHTS_SHA256
-    import json
-
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["tie_word_embeddings"] is True
 
@@ -111,7 +110,7 @@ def test_a_gguf_file_is_parsed_once_within_the_block(monkeypatch, tmp_path):
     made = []
     monkeypatch.setattr(gguf, "GGUFReader", lambda path, *a, **k: made.append(path) or object())
     with _gguf_parsed_once():
-        first, again, other = gguf.GGUFReader(tmp_path / "a.gguf"), gguf.GGUFReader(tmp_path / "a.gguf"), None
+        first, again = gguf.GGUFReader(tmp_path / "a.gguf"), gguf.GGUFReader(tmp_path / "a.gguf")
         other = gguf.GGUFReader(tmp_path / "b.gguf")
     assert first is again and other is not first and len(made) == 2
     assert gguf.GGUFReader(tmp_path / "a.gguf") is not first  # the original reader is back after the block
