@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,16 +133,23 @@ FAST = [
 
 
 def test_resume_with_two_processes(tiny_model, tmp_path):
-    """`sagerl train` under torchrun with 2 processes: stopped after step 1 and rerun, it ends with the same
-    weights as an uninterrupted 2-step run (bitwise), with one metrics line per step."""
+    """`sagerl train` under torchrun with 2 processes, stopped after step 1's checkpoint and rerun, ends with the
+    same weights as the uninterrupted 2-step run (bitwise), with one metrics line per step.
+
+    The stopped run is the uninterrupted run's folder as a kill after step 1 leaves it (checkpoint-1, the
+    metrics of step 1, nothing of step 2): two torchrun launches instead of three."""
     base = ["-m", "sagerl.cli", "train", "--preset", "grpo+random", "-m", str(tiny_model), *FAST]
     straight, split = tmp_path / "straight", tmp_path / "split"
     torchrun(2, *base, "-o", str(straight), "--max-steps", "2")
-    torchrun(2, *base, "-o", str(split), "--max-steps", "1")
-    assert {p.name for p in (split / "checkpoint-1").glob("rng_state_*.pth")} == {
+    assert {p.name for p in (straight / "checkpoint-1").glob("rng_state_*.pth")} == {
         "rng_state_0.pth",
         "rng_state_1.pth",
     }
+    shutil.copytree(
+        straight, split, ignore=shutil.ignore_patterns("checkpoint-2", "model", "train_state.json")
+    )
+    lines = (split / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (split / "metrics.jsonl").write_text("".join(line for line in lines if json.loads(line)["step"] == 1))
     torchrun(2, *base, "-o", str(split), "--max-steps", "2")
 
     a, b = (
