@@ -14,6 +14,10 @@ times, in rounds (each kernel in turn, A B C D A B C D ...) after a warm-up:
 - ``bfloat16-onednn``: oneDNN's packed bfloat16 linear (``torch.ops.mkldnn._linear_pointwise``, its bfloat16 path);
 - ``int8``: torch's int8 weight-only matmul (``torch.ops.aten._weight_int8pack_mm``, bfloat16 activations, one
   scale per output row: what torchao's int8 weight-only quantisation calls on a CPU);
+- ``int8-dynamic``: fbgemm's dynamically quantised linear (``torch.ops.quantized.linear_dynamic``: int8 weights
+  with one scale per output row, the activations quantised to 8 bits per call: what
+  ``torch.ao.quantization.quantize_dynamic`` runs). Its rollouts would come from another distribution:
+  ``benchmarks/int8_rollouts.py`` measures how far.
 
 and prints per shape the median µs and the weight-read bandwidth (weight bytes / time), then one step's sum (30
 layers + the head) and each kernel's ratio to ``bfloat16-onednn`` (``float32-onednn`` on a CPU where oneDNN packs
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 
 HIDDEN, INTERMEDIATE, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 SHAPES = {  # name: (out, in) of SmolLM2-135M's linears, the static decoder's fused ones
@@ -75,6 +80,17 @@ def kernels(weight, rows: int) -> dict:
         lambda: torch.ops.aten._weight_int8pack_mm(x16, w8, s16),
         weight.numel() + scales.numel() * 2,
     )
+    if "fbgemm" in torch.backends.quantized.supported_engines:
+        torch.backends.quantized.engine = "fbgemm"
+        zeros = torch.zeros(weight.size(0), dtype=torch.long)
+        with warnings.catch_warnings():  # torch's deprecation notice for quantized tensors
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(weight, scales.double(), zeros, 0, torch.qint8)
+        prepacked = torch.ops.quantized.linear_prepack(qweight, None)
+        out["int8-dynamic"] = (
+            lambda: torch.ops.quantized.linear_dynamic(x32, prepacked, True),
+            weight.numel() + scales.numel() * 4,
+        )
     return out
 
 
