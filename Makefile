@@ -36,7 +36,7 @@ FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.f
 UV_INSTALL = $(UV) pip install --quiet $(addprefix --find-links ,$(FIND_LINKS))
 
 # The versions tested together (constraints/, written by constraints/lock.py): every install below goes through
-# its environment's lock (pip -c); pyproject.toml declares ranges, which `make ranges` checks.
+# its environment's lock (uv's -c); pyproject.toml declares ranges, which `make ranges` checks.
 LOCK := constraints/main.txt
 VERL_LOCK := constraints/verl.txt
 VLLM_LOCK := constraints/vllm.txt
