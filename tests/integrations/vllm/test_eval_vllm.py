@@ -101,6 +101,24 @@ def test_per_sample_seeds_hold_across_batches_and_many_requests(samplers):
     assert all(c.num_tokens == 6 or c.finish_reason == "stop" for r in many for c in r)
 
 
+def test_the_cpu_engine_runs_in_this_process(samplers):
+    """sagerl's CPU default: vLLM's engine core and worker inside the caller's process (no child process to
+    start or to leave behind), and the caller's environment as it was."""
+    import os
+
+    import psutil
+
+    from sagerl.eval.vllm_backend import IN_PROCESS_ENV
+
+    if IN_PROCESS_ENV in os.environ:
+        pytest.skip(f"{IN_PROCESS_ENV} is set: the environment chooses where vLLM's engine runs")
+    vllm, _ = samplers
+    assert vllm.on_cpu
+    assert [p.name() for p in psutil.Process().children(recursive=True)] == []
+    assert IN_PROCESS_ENV not in os.environ
+    assert len(vllm.generate(["What is 2 + 2?"], 2, max_new_tokens=4)[0]) == 2
+
+
 def test_sampled_passk_agrees_with_the_hf_backend(samplers, tmp_path):
     from sagerl.eval.runner import evaluate
 

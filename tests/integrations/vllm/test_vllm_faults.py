@@ -5,6 +5,10 @@ killed while the eval samples, after its first batches are written: the eval sto
 happened and the fix, ``samples.jsonl`` holds whole lines only; (2) the rerun resumes and finishes with exactly
 the reference's samples and pass@k. Three engine starts, the test's whole cost (about a minute each on 2 cores).
 
+The evals run vLLM's engine in its own processes (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, a user's choice that
+sagerl keeps): sagerl's CPU default runs it inside the eval's process, where there is no worker to kill and a
+SIGKILL of the eval ends the engine with it.
+
 A SIGKILL of the eval process itself is not repeated here: what it leaves (a torn last line, cut off on resume)
 and the resume are the same code for every backend, tested three times over in tests/faults/test_kill.py with the
 hf backend. What it leaves behind with vLLM (the engine's processes, which do not watch their parent) is a known
@@ -30,6 +34,7 @@ TOTAL = 80  # samples: 20 problems x 4, in batches of 4
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the engine's own processes, so that its worker can be killed
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
     return e
 
