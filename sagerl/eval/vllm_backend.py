@@ -375,7 +375,7 @@ class VLLMSampler(Sampler):
         return results
 
     def close(self) -> None:
-        """Shut the engine down (its worker processes exit); the sampler is unusable afterwards."""
+        """Shut the engine down (and its processes, where vLLM runs it in its own); the sampler is unusable afterwards."""
         llm = self.__dict__.pop("llm", None)
         if llm is None:
             return
