@@ -11,8 +11,8 @@ SIGKILL of the eval ends the engine with it.
 
 A SIGKILL of the eval process itself is not repeated here: what it leaves (a torn last line, cut off on resume)
 and the resume are the same code for every backend, tested three times over in tests/faults/test_kill.py with the
-hf backend. What it leaves behind with vLLM (the engine's processes, which do not watch their parent) is a known
-limit of vLLM's (docs/vllm.md).
+hf backend. With vLLM's engine in its own processes, those processes outlive a killed eval (they do not watch
+their parent): a known limit of vLLM's (docs/vllm.md); sagerl's in-process CPU engine ends with the eval.
 """
 
 from __future__ import annotations
