@@ -155,7 +155,7 @@ def _eval_before(demo: Demo) -> Path:
     from sagerl.eval import evaluate
     from sagerl.models import embedded_model_dir
 
-    embedded_model_dir()  # converted once into the cache (about 20 s), before the stage's progress bar
+    embedded_model_dir()  # converted once into the cache (about 15 s), before the stage's progress bar
     folder = demo.settings.out / "base"
     evaluate(None, [EVAL_DATASET], out=folder, **demo.settings.eval_kwargs())
     return folder

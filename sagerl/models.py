@@ -47,7 +47,7 @@ def _gguf_path() -> Path:
 def embedded_model_dir() -> Path:
     """Path of the embedded default model as a plain HF checkpoint, converting it on first use.
 
-    The conversion (about 20 s on 2 CPU cores, the file parsed once: :func:`_gguf_parsed_once`) writes into a
+    The conversion (about 15 s on 2 CPU cores, the file parsed once: :func:`_gguf_parsed_once`) writes into a
     temporary folder and renames it into place, so an interrupted conversion never leaves a half-written
     checkpoint behind.
 
@@ -82,30 +82,45 @@ def _gguf_progress_follows_transformers():
 
 @contextlib.contextmanager
 def _gguf_parsed_once():
-    """Within the block, every ``gguf.GGUFReader`` of one file is the same reader, parsed once.
+    """Within the block, every ``gguf.GGUFReader`` of one file is the same reader, parsed once, and
+    ``gguf.get_tensor_name_map`` is computed once per architecture and layer count.
 
     transformers reads a GGUF file once for the tokenizer, once for the config and once for the weights, and
     ``gguf.GGUFReader`` parses the whole metadata each time: the embedded model's 49,152 tokens and 48,900 merges
     took about 8.5 s a parse on the AVX2-only AMD EPYC (2026-12-07), the conversion 40 s in all, 22 s with one
-    parse. The reader only reads the file (a read-only memory map), so sharing it changes no byte of what is
+    parse. Two more costs of the same kind, measured there on 2026-12-08 (the conversion 18-23 s -> 14-16 s):
+
+    - transformers' ``get_gguf_hf_weights_map`` walks the model's 397 modules and calls
+      ``gguf.get_tensor_name_map(arch, n_blocks)`` for each, which builds the same table of every architecture's
+      tensor names each time (about 5 s in all). The function is pure, so it is cached for the block.
+    - Each metadata value is a slice of the file's ``numpy.memmap``, and reading ~440,000 of them (three times)
+      goes through ``memmap.__getitem__`` and ``__array_finalize__``, Python code. The shared reader's value
+      slices are turned into plain ``ndarray`` views of the same memory (no copy), about 2 s.
+
+    The reader only reads the file (a read-only memory map), so none of this changes a byte of what is
     converted (a test compares the checkpoint's SHA-256 with the recorded one).
     """
     import gguf
+    import numpy as np
 
-    original = gguf.GGUFReader
+    original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict[tuple, object] = {}
 
     def reader(path, *args, **kwargs):
         key = (str(Path(path).resolve()), args, tuple(sorted(kwargs.items())))
         if key not in readers:
-            readers[key] = original(path, *args, **kwargs)
+            parsed = original_reader(path, *args, **kwargs)
+            for value in parsed.fields.values():
+                value.parts[:] = [part.view(np.ndarray) for part in value.parts]
+            readers[key] = parsed
         return readers[key]
 
     gguf.GGUFReader = reader
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader = original
+        gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
 
 
 def _convert_embedded(gguf: Path, target: Path) -> Path:

@@ -103,14 +103,50 @@ def test_the_embedded_conversion_gives_the_recorded_weights():
 
 
 def test_a_gguf_file_is_parsed_once_within_the_block(monkeypatch, tmp_path):
+    import types
+
     import gguf
+    import numpy as np
 
     from sagerl.models import _gguf_parsed_once
 
+    data = tmp_path / "values.bin"
+    np.arange(6, dtype=np.int32).tofile(data)
+    mapped = np.memmap(data, dtype=np.int32, mode="r")
     made = []
-    monkeypatch.setattr(gguf, "GGUFReader", lambda path, *a, **k: made.append(path) or object())
+
+    def fake_reader(path, *args, **kwargs):
+        made.append(path)
+        field = types.SimpleNamespace(parts=[mapped[0:2], mapped[2:6]])
+        return types.SimpleNamespace(fields={"tokenizer.ggml.tokens": field})
+
+    monkeypatch.setattr(gguf, "GGUFReader", fake_reader)
     with _gguf_parsed_once():
         first, again = gguf.GGUFReader(tmp_path / "a.gguf"), gguf.GGUFReader(tmp_path / "a.gguf")
         other = gguf.GGUFReader(tmp_path / "b.gguf")
     assert first is again and other is not first and len(made) == 2
     assert gguf.GGUFReader(tmp_path / "a.gguf") is not first  # the original reader is back after the block
+    parts = first.fields["tokenizer.ggml.tokens"].parts
+    # plain ndarray views of the same mapped memory, the same values: no copy, no memmap subclass
+    assert [type(p) for p in parts] == [np.ndarray, np.ndarray]
+    assert [p.tolist() for p in parts] == [[0, 1], [2, 3, 4, 5]]
+    assert np.shares_memory(parts[1], mapped)
+
+
+def test_the_tensor_name_map_is_built_once_per_architecture_within_the_block(monkeypatch):
+    import gguf
+
+    from sagerl.models import _gguf_parsed_once
+
+    built = []
+    monkeypatch.setattr(
+        gguf, "get_tensor_name_map", lambda arch, n_blocks: built.append((arch, n_blocks)) or {}
+    )
+    with _gguf_parsed_once():
+        maps = [gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) for _ in range(397)]
+        gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert built == [(gguf.MODEL_ARCH.LLAMA, 30), (gguf.MODEL_ARCH.LLAMA, 2)] and all(
+        m is maps[0] for m in maps
+    )
+    gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)  # the original function is back after the block
+    assert len(built) == 3

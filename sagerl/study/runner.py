@@ -406,6 +406,14 @@ def _init_worker(filters: list) -> None:
     warnings.filters[:] = filters
 
 
+def _import_run_modules() -> None:
+    """What a :func:`run_study` worker runs first while the reference is evaluated: the imports of a run
+    (torch, transformers, TRL; about 10 s of one core), so that the worker is ready when the runs are handed out.
+    ``ProcessPoolExecutor`` starts a spawned worker only when a task finds none idle, one at a time."""
+    import sagerl.eval  # noqa: F401
+    import sagerl.train.run  # noqa: F401
+
+
 def _run_cell_in_worker(
     study: Study, out: Path, cell: Cell, progress: bool = False, until: float | None = None
 ) -> dict[str, Any]:
@@ -545,12 +553,19 @@ def run_study(
                 initargs=(list(warnings.filters),),
             ) as pool,
         ):
+            # the other workers start (and import what a run needs, about 10 s of a core each) while the
+            # reference is evaluated, not when the first runs are handed out after it
+            warming = [
+                pool.submit(_import_run_modules) for _ in range(min(jobs, len(todo)) - (1 if workers else 0))
+            ]
             for build in study.builds or [None]:
                 log(reference_line(build))
                 if workers:  # with the study's kernels, in a worker; else here, before the cells
                     pool.submit(_run_reference_in_worker, study, out, build, shown).result()
                 else:
                     run_reference(study, out, progress=progress, build=build)
+            for future in warming:
+                future.result()
             submitted = {
                 pool.submit(_run_cell_in_worker, study, out, cell, shown, until): (i, cell)
                 for i, cell in todo
