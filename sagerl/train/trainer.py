@@ -123,6 +123,27 @@ def _default_final_answer(text: str, row: dict) -> str | None:
     return final_answer(text, row)
 
 
+def repeat_cache_rows(cache, rows: torch.Tensor) -> None:
+    """Give ``cache`` (a transformers ``DynamicCache`` filled for P prompts) one row per rollout: row r becomes
+    prompt ``rows[r]``'s keys and values ((P, KV, L, D) -> (R, KV, L, D) per layer), in place.
+
+    With ``Tensor.index_select``, whose backward (``index_add_``) sums the R rows' gradients into their prompt in
+    row order. The cache's own ``batch_select_indices`` indexes with a tensor, whose backward (``index_put_`` with
+    ``accumulate=True``) adds them in parallel on a CPU, in an order that depends on the threads: the same step
+    then gave other weights from run to run (2 threads, the AVX2-only EPYC, 2026-12-08: 0.1-0.2% of the
+    elements after one AdamW step of ``make demo``, and another table after 24 steps). Layers of a kind that
+    keeps more than keys and values select their rows by their own method.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if type(layer).batch_select_indices is not DynamicLayer.batch_select_indices:
+            layer.batch_select_indices(rows)
+        elif layer.get_seq_length() > 0:
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+
+
 def _distinct_per_group(ids: torch.Tensor, group_size: int) -> float:
     """Mean number of distinct clusters per group (each -1 counts as one of its own)."""
     groups = ids.view(-1, group_size).tolist()
@@ -622,7 +643,7 @@ class SAGETrainer(GRPOTrainer):
                         fused_lm_head=True,
                         **{cache_key: cache},
                     )  # fills the cache (the LM head's outputs are not used)
-                cache.batch_select_indices(group)
+                repeat_cache_rows(cache, group)
                 if vocabulary:
                     out = model(
                         input_ids=suffix,
@@ -641,7 +662,9 @@ class SAGETrainer(GRPOTrainer):
                     )
             hidden = None
             if prompt_hidden:  # the prefix's, one per row of its group, then the last prompt token's
-                hidden = torch.cat([head.hidden_states[-1][group], out.hidden_states[-1][:, :1]], dim=1)
+                hidden = torch.cat(
+                    [head.hidden_states[-1].index_select(0, group), out.hidden_states[-1][:, :1]], dim=1
+                )
             yield out, hidden
 
     def _completion_logits(

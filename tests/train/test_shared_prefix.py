@@ -187,3 +187,43 @@ def test_the_vocabulary_pass_shares_each_prompt_with_the_same_logits_hidden_stat
     assert tokens0 == ids.numel()
     groups = 2 if batch_size is None else 4
     assert tokens1 == groups * (prompt_ids.shape[1] - 1) + ids.shape[0] * (width + 1)
+
+
+def test_the_prompt_cache_is_repeated_with_a_backward_pass_that_sums_rows_in_order():
+    """The shared prefix's cache rows (sagerl.train.trainer.repeat_cache_rows) sum their gradients into the prompt in
+    row order: the same bits on every backward pass with 2 threads, equal to adding the rows one by one. (Indexing
+    with a tensor, the cache's own batch_select_indices, adds them in a thread-dependent order on a CPU: make demo's
+    weights after one step differed between runs of the same command.)"""
+    from transformers import DynamicCache
+
+    from sagerl.train.trainer import repeat_cache_rows
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generator = torch.Generator().manual_seed(0)
+        keys = torch.randn(
+            2, 3, 196, 64, generator=generator, requires_grad=True
+        )  # 2 prompts, > one thread's grain
+        values = torch.randn(2, 3, 196, 64, generator=generator, requires_grad=True)
+        rows = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+        upstream = torch.randn(len(rows), 3, 196, 64, generator=generator)
+
+        def gradient() -> torch.Tensor:
+            keys.grad = values.grad = None
+            cache = DynamicCache()
+            cache.update(keys, values, layer_idx=0)
+            repeat_cache_rows(cache, rows)
+            layer = cache.layers[0]
+            assert layer.keys.shape == (9, 3, 196, 64) and torch.equal(layer.values[5], values[1].detach())
+            ((layer.keys + 2 * layer.values) * upstream).sum().backward()
+            return keys.grad.clone()
+
+        first = gradient()
+        assert all(torch.equal(gradient(), first) for _ in range(20))
+        in_order = torch.zeros_like(first)
+        for r, prompt in enumerate(rows.tolist()):
+            in_order[prompt] += upstream[r]
+        assert torch.equal(first, in_order)
+    finally:
+        torch.set_num_threads(threads)
