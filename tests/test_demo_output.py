@@ -20,7 +20,7 @@ from sagerl import demo
 from sagerl.tables import Estimate, FittedTable, render_text
 
 RECORDED = Path(__file__).parent / "data" / "demo"
-RECORDED_RUN = "make demo from a fresh clone of 664b0d6 with an empty SAGERL_CACHE, 2026-12-05, Intel Xeon with AMX (bf16)"
+RECORDED_RUN = "make demo from a fresh clone of 1e66f82 with an empty SAGERL_CACHE, 2026-12-08, AMD EPYC with AVX2 only (float32)"
 PLANTED = {  # what the planted stage of that run collected (sagerl.study.table.collect)
     "reference": {"solved/planted_rare": 46.0, "pass@1/planted_common": 0.883544921875},
     "cells": {
