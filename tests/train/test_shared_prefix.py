@@ -202,9 +202,8 @@ def test_the_prompt_cache_is_repeated_with_a_backward_pass_that_sums_rows_in_ord
     torch.set_num_threads(2)
     try:
         generator = torch.Generator().manual_seed(0)
-        keys = torch.randn(
-            2, 3, 196, 64, generator=generator, requires_grad=True
-        )  # 2 prompts, > one thread's grain
+        # 2 prompts' keys and values, each larger than one thread's share of the backward's work
+        keys = torch.randn(2, 3, 196, 64, generator=generator, requires_grad=True)
         values = torch.randn(2, 3, 196, 64, generator=generator, requires_grad=True)
         rows = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
         upstream = torch.randn(len(rows), 3, 196, 64, generator=generator)
