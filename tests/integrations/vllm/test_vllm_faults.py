@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from sagerl.eval.vllm_backend import IN_PROCESS_ENV
+
 ROOT = Path(__file__).resolve().parents[3]
 TOTAL = 80  # samples: 20 problems x 4, in batches of 4
 
@@ -34,7 +36,7 @@ TOTAL = 80  # samples: 20 problems x 4, in batches of 4
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the engine's own processes, so that its worker can be killed
+    e[IN_PROCESS_ENV] = "1"  # vLLM's engine in its own processes, so that its worker can be killed
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
     return e
 
